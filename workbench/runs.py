@@ -1,0 +1,193 @@
+"""Run records (shared DESIGN.md, "Runs").
+
+A run directory holds one training's ``config.json``, its checkpoint ``model.safetensors``
+(rewritten atomically every epoch), ``metrics.jsonl`` (one line per epoch) and
+``manifest.json`` (status ``running``/``complete``, versions, hashes, wall time, final metrics).
+
+:func:`ensure_run` is the one entry point: a complete run with the same config is reused, never
+retrained; an interrupted one resumes from its last checkpoint; ``force=True`` starts afresh.
+Runs live under ``$WORKBENCH_HOME/runs`` (default ``~/.cache/vit-workbench/runs``), so the CLI,
+notebooks and figures find the same runs whatever the working directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from workbench.provenance import now_iso, versions
+
+
+class RunError(RuntimeError):
+    """A run is missing, damaged, or its config conflicts with the request."""
+
+
+def home() -> Path:
+    """Root of runs and cached analysis stores (``$WORKBENCH_HOME`` or ``~/.cache/vit-workbench``)."""
+    return Path(os.environ.get("WORKBENCH_HOME", Path.home() / ".cache" / "vit-workbench")).expanduser()
+
+
+def runs_root() -> Path:
+    return home() / "runs"
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _canonical(config: dict) -> str:
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+@dataclass
+class Run:
+    """A run directory. ``config`` is what defines the result; ``manifest`` what happened."""
+
+    dir: Path
+
+    @property
+    def id(self) -> str:
+        return self.dir.name
+
+    @property
+    def config(self) -> dict:
+        return self._read("config.json")
+
+    @property
+    def manifest(self) -> dict:
+        return self._read("manifest.json")
+
+    @property
+    def status(self) -> str:
+        return self.manifest.get("status", "unknown")
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.dir / "model.safetensors"
+
+    def _read(self, name: str) -> dict:
+        path = self.dir / name
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            raise RunError(f"run {self.id!r} has no {name}; it is damaged - delete {self.dir} or retrain with --force") from None
+        except json.JSONDecodeError as err:
+            raise RunError(f"run {self.id!r}: {name} is not valid JSON ({err}); delete {self.dir} or retrain with --force") from None
+
+    def metrics(self) -> list[dict]:
+        path = self.dir / "metrics.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+    def log_epoch(self, epoch: int, metrics: dict) -> None:
+        """Record one epoch's metrics; an epoch logged again after a resume replaces the old line."""
+        rows = [m for m in self.metrics() if m.get("epoch") != epoch] + [{"epoch": epoch, **metrics}]
+        rows.sort(key=lambda m: m["epoch"])
+        atomic_write_text(self.dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+        self.update_manifest(last_epoch=epoch)
+
+    def update_manifest(self, **fields: Any) -> None:
+        manifest = {**self.manifest, **fields, "updated": now_iso()}
+        atomic_write_text(self.dir / "manifest.json", json.dumps(manifest, indent=2, default=str))
+
+    def phase_dir(self, name: str) -> Path:
+        """A sub-directory for one phase of a multi-phase method (its own epoch checkpoints)."""
+        path = self.dir / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+def open_run(ref: str | Path) -> Run:
+    """A run by id (under :func:`runs_root`) or by directory path.
+
+    Raises:
+        RunError: no such run, naming where it looked and how to create one.
+    """
+    path = Path(ref).expanduser()
+    if not (path / "manifest.json").exists():
+        path = runs_root() / str(ref)
+    if not (path / "manifest.json").exists():
+        known = sorted(p.name for p in runs_root().glob("*") if (p / "manifest.json").exists()) if runs_root().exists() else []
+        hint = f"known runs: {', '.join(known)}" if known else "no runs yet"
+        raise RunError(f"no run {str(ref)!r} (looked in {runs_root()}); {hint}. Train one with `workbench train teacher` or `workbench run METHOD`")
+    return Run(path)
+
+
+def list_runs() -> list[Run]:
+    root = runs_root()
+    return [Run(p) for p in sorted(root.glob("*")) if (p / "manifest.json").exists()] if root.exists() else []
+
+
+def ensure_run(
+    run_id: str,
+    config: dict,
+    body: Callable[[Run], dict],
+    *,
+    force: bool = False,
+    log: Callable[[str], None] = print,
+) -> Run:
+    """Reuse, resume or start the run ``run_id`` defined by ``config``.
+
+    Args:
+        run_id: directory name under :func:`runs_root`.
+        config: JSON-able definition of the result (method, model, profile, hyperparameters).
+        body: does the work given the run (resuming from ``run.dir`` checkpoints if present) and
+            returns final metrics, stored in the manifest.
+        force: delete any existing run of that id and start afresh.
+        log: where one-line status messages go.
+
+    Raises:
+        RunError: a complete run of that id has a different config (pass ``force=True``).
+    """
+    run_dir = runs_root() / run_id
+    config_sha = hashlib.sha256(_canonical(config).encode()).hexdigest()
+    if run_dir.exists() and force:
+        shutil.rmtree(run_dir)
+    if (run_dir / "manifest.json").exists():
+        run = Run(run_dir)
+        same = run.manifest.get("config_sha256") == config_sha
+        if run.status == "complete" and same:
+            log(f"reusing complete run {run_id} ({run.dir})")
+            return run
+        if not same:
+            raise RunError(
+                f"run {run_id!r} exists with a different config ({run.dir}); "
+                "pass --force to retrain it, or delete the directory"
+            )
+        log(f"resuming interrupted run {run_id} from its last checkpoint")
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run_dir / "config.json", json.dumps(config, indent=2, sort_keys=True, default=str))
+        atomic_write_text(
+            run_dir / "manifest.json",
+            json.dumps({"id": run_id, "status": "running", "created": now_iso(), "config_sha256": config_sha,
+                        "wall_time_s": 0.0, **{k: config.get(k) for k in ("method", "model_name", "profile")}}, indent=2),
+        )
+        run = Run(run_dir)
+    t0 = time.perf_counter()
+    previous = float(run.manifest.get("wall_time_s", 0.0))
+    run.update_manifest(status="running", versions=versions())
+    try:
+        results = body(run)
+    finally:
+        run.update_manifest(wall_time_s=previous + time.perf_counter() - t0)
+    ckpt = {"checkpoint_sha256": sha256_file(run.checkpoint)} if run.checkpoint.exists() else {}
+    run.update_manifest(status="complete", results=results, completed=now_iso(), **ckpt)
+    log(f"run {run_id} complete: " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in results.items()))
+    return run
