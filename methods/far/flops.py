@@ -1,0 +1,227 @@
+"""Parameters and FLOPs of DeiT and FAR models at real size (FAR Table 2).
+
+Paper: Ren et al., "Is Attention Required for Transformer Inference? Explore Function-preserving
+Attention Replacement", Table 2 (params, FLOPs at 224² and 384², single-thread CPU latency).
+
+Counter: ``torch.utils.flop_counter.FlopCounterMode`` (dispatch-level, no tracing, per-module
+breakdown). It counts matmul-like ops only — ``mm``/``addmm``/``bmm``, convolution and
+``scaled_dot_product_attention`` (including the CPU flash kernel) — at 2 FLOPs per multiply-add.
+It does not see CPU ``nn.LSTM``'s oneDNN kernel (``aten.mkldnn_rnn_layer``) nor cuDNN's
+``aten._cudnn_rnn``; we register formulas for both: T·B·4H·(D_in + H) multiply-adds per LSTM (the
+gate matmuls; the same count the non-oneDNN path gives through its ``addmm`` calls).
+
+Convention reported here: **MACs** (multiply-accumulates) per image, = FlopCounterMode FLOPs / 2.
+The paper's "FLOPs" are MACs (fvcore's convention): DeiT-Tiny's 1.25 "GFLOPs" at 224² is 1.25 G
+multiply-adds. See :data:`CONVENTIONS` for what is and is not counted.
+
+The substitute counts as the ``attn`` component (everything inside ``block.attn``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+import torch
+import torch.nn as nn
+from torch.utils.flop_counter import FlopCounterMode
+
+
+COMPONENTS: tuple[str, ...] = ("embed", "attn", "mlp", "norm", "head", "other")
+
+
+@dataclass(frozen=True)
+class Table2Row:
+    """One row of the paper's Table 2."""
+
+    params_m: float  # parameters, millions
+    gflops_224: float  # "FLOPs" (= GMACs) at 224×224
+    gflops_384: float  # "FLOPs" (= GMACs) at 384×384
+    cpu_ms_224: float  # single-thread ONNX Runtime latency on an AMD EPYC 9254, ms (App. A.4)
+    cpu_ms_384: float  # same at 384×384
+
+
+#: Table 2 of the paper; "†" = after structured pruning.
+PAPER_TABLE2: dict[str, Table2Row] = {
+    "DeiT-Tiny": Table2Row(5.7, 1.25, 4.63, 26.51, 103.02),
+    "FAR-Tiny": Table2Row(7.7, 1.45, 4.20, 33.78, 93.37),
+    "FAR-Tiny†": Table2Row(5.7, 1.08, 3.12, 30.95, 89.44),
+    "DeiT-Small": Table2Row(22.1, 4.60, 15.49, 84.37, 285.83),
+    "FAR-Small": Table2Row(24.9, 4.82, 14.12, 91.92, 255.88),
+    "FAR-Small†": Table2Row(20.3, 3.90, 11.59, 83.19, 244.49),
+    "DeiT-Base": Table2Row(86.5, 17.56, 55.49, 283.77, 928.02),
+    "FAR-Base": Table2Row(88.7, 17.31, 50.71, 306.39, 914.08),
+    "FAR-Base†": Table2Row(80.0, 14.80, 43.34, 295.12, 871.67),
+}
+
+#: What our counts include, and known reasons for gaps to the paper.
+CONVENTIONS: dict[str, str] = {
+    "unit": "MACs per image (1 multiply-add = 1); the paper's 'FLOPs' follow the same fvcore convention. "
+            "FLOPs in the 2-per-MAC sense are 2x these.",
+    "counted": "matmuls, convolutions, attention (QK^T and AV: 2·T²·N·D_h MACs per block), LSTM gate "
+               "matmuls T·4H·(D_h + H) per (head, direction), input/output projections.",
+    "not_counted": "LayerNorm, softmax, GELU, residual adds, LSTM gate nonlinearities and the cell "
+                   "update (≈ 8 elementwise ops per unit per token, ~1.5% of an LSTM's MACs), biases. "
+                   "fvcore would add ~5 per element per LayerNorm (+0.4% for DeiT-Tiny).",
+    "head": "per-image, batch 1; for a distilled DeiT both heads are counted.",
+    "params": "all parameters incl. position embedding; the 384² models have a larger position "
+              "embedding (577 vs 197 tokens).",
+    "paper_gaps": "The paper's FAR-Small/Base params (24.9 M / 88.7 M) are 0.2 M / 0.4 M below "
+                  "DeiT + the architecture of §3.2 as we read it (input projection D→N·D_h, 2N "
+                  "LSTMs of hidden D_h with two biases, output projection 2D→D); FAR-Tiny matches. "
+                  "The pruned (†) rows depend on the learned sparsity and cannot be recomputed "
+                  "without the paper's masks.",
+}
+
+
+# ------------------------------------------------------------------------------- hand formulas
+def attention_macs(tokens: int, dim: int, num_heads: int, head_dim: int) -> int:
+    """MACs of one timm ``Attention`` on one image: qkv + QKᵀ + AV + output projection."""
+    inner = num_heads * head_dim
+    return tokens * dim * 3 * inner + 2 * tokens * tokens * inner + tokens * inner * dim
+
+
+def lstm_macs(tokens: int, input_size: int, hidden_size: int) -> int:
+    """MACs of one unidirectional LSTM on one sequence: T·4H·(D_in + H) (gate matmuls only)."""
+    return tokens * 4 * hidden_size * (input_size + hidden_size)
+
+
+def substitute_macs(tokens: int, dim: int, num_heads: int, head_dim: int, hidden_sizes: Iterable[int]) -> int:
+    """MACs of one :class:`MultiHeadBiLSTM`: input projection + 2N LSTMs + output projection.
+
+    Args:
+        hidden_sizes: hidden size of each of the 2N LSTMs (``[H] * 2N`` unpruned).
+    """
+    hs = list(hidden_sizes)
+    return tokens * dim * num_heads * head_dim + sum(lstm_macs(tokens, head_dim, h) for h in hs) + tokens * sum(hs) * dim
+
+
+# ------------------------------------------------------------------------------------ counting
+def _rnn_flops(inp_shape, weights, out_shape=None) -> int:
+    """2 · tokens · Σ (rows · cols) over the 2-D weights (W_ih, W_hh) of one RNN layer call."""
+    tokens = math.prod(inp_shape[:-1])
+    return 2 * tokens * sum(w[0] * w[1] for w in weights if w is not None and len(w) == 2)
+
+
+def _mkldnn_rnn_layer_flop(inp, w0, w1, *args, out_shape=None, **kwargs) -> int:
+    return _rnn_flops(inp, [w0, w1])
+
+
+def _cudnn_rnn_flop(inp, weight, *args, out_shape=None, **kwargs) -> int:
+    return _rnn_flops(inp, list(weight))
+
+
+_CUSTOM = {
+    torch.ops.aten.mkldnn_rnn_layer: _mkldnn_rnn_layer_flop,
+    torch.ops.aten._cudnn_rnn: _cudnn_rnn_flop,
+}
+
+
+def _component(path: list[str]) -> str:
+    """Component of a module / parameter path (names below the root model)."""
+    if not path:
+        return "other"
+    head = path[0]
+    if head in ("patch_embed", "cls_token", "dist_token", "reg_token", "pos_embed"):
+        return "embed"
+    if head == "blocks" and len(path) >= 3:
+        sub = path[2]
+        return {"attn": "attn", "mlp": "mlp", "norm1": "norm", "norm2": "norm"}.get(sub, "other")
+    if head in ("norm", "fc_norm", "norm_pre"):
+        return "norm"
+    if head in ("head", "head_dist", "head_drop"):
+        return "head"
+    return "other"
+
+
+def count_params(model: nn.Module) -> dict[str, int]:
+    """Parameters per component (:data:`COMPONENTS`) and ``total``."""
+    out = dict.fromkeys(COMPONENTS, 0)
+    for name, p in model.named_parameters():
+        out[_component(name.split("."))] += p.numel()
+    out["total"] = sum(out[c] for c in COMPONENTS)
+    return out
+
+
+@torch.no_grad()
+def count_flops(model: nn.Module, img_size: Optional[int] = None, batch_size: int = 1) -> dict[str, dict[str, int]]:
+    """MACs and parameters of ``model`` per component, for one image.
+
+    Args:
+        model: a timm ViT or FAR model (any device); build it at the resolution you count
+            (timm kwarg ``img_size=384``).
+        img_size: input side; default the model's ``patch_embed.img_size``.
+        batch_size: images per forward; MACs are divided back to per image.
+
+    Returns:
+        ``{component: {"macs": int, "flops": int, "params": int}}`` for :data:`COMPONENTS` and
+        ``"total"``; ``flops = 2 · macs`` (FlopCounterMode's convention), see module docstring.
+    """
+    if img_size is None:
+        size = getattr(getattr(model, "patch_embed", None), "img_size", None)
+        if size is None:
+            raise ValueError("pass img_size: the model has no patch_embed.img_size")
+        img_size = size[0] if isinstance(size, (tuple, list)) else size
+    ref = next(model.parameters())
+    x = torch.zeros(batch_size, 3, img_size, img_size, device=ref.device, dtype=ref.dtype)
+    was_training = model.training
+    model.eval()
+    try:
+        with FlopCounterMode(display=False, custom_mapping=_CUSTOM) as counter:
+            model(x)
+    finally:
+        model.train(was_training)
+    counts = counter.get_flop_counts()
+    root = type(model).__name__
+    flops = dict.fromkeys(COMPONENTS, 0)
+    for key, ops in counts.items():
+        parts = key.split(".")
+        if parts[0] != root:
+            continue
+        path = parts[1:]
+        # count each op once, at the module that names its component
+        is_leaf_of_component = (len(path) == 1 and path[0] != "blocks") or (len(path) == 3 and path[0] == "blocks")
+        if is_leaf_of_component:
+            flops[_component(path)] += sum(ops.values())
+    total = sum(counts.get("Global", {}).values())
+    flops["other"] += total - sum(flops.values())
+    params = count_params(model)
+    out = {c: {"macs": flops[c] // (2 * batch_size), "flops": flops[c] // batch_size, "params": params[c]} for c in COMPONENTS}
+    out["total"] = {"macs": total // (2 * batch_size), "flops": total // batch_size, "params": params["total"]}
+    return out
+
+
+def table2(
+    variants: Iterable[str] = ("tiny", "small", "base"), img_sizes: Iterable[int] = (224, 384)
+) -> list[dict[str, object]]:
+    """Our params / GMACs next to the paper's Table 2, for DeiT and unpruned FAR.
+
+    Builds every model at real size with random weights (``pretrained=False``); DeiT-Base at 384²
+    takes a few seconds on a CPU.
+
+    Returns:
+        One dict per (model, img_size): ``model``, ``img_size``, ``params_m``, ``gmacs``,
+        ``attn_gmacs``, ``paper_params_m``, ``paper_gflops``, ``rel_diff_gmacs``.
+    """
+    from .config import FAR_VARIANTS
+    from .replace import replace_attention
+
+    rows = []
+    for v in variants:
+        var = FAR_VARIANTS[v]
+        for size in img_sizes:
+            teacher = var.build_teacher(img_size=size)
+            for kind, model in (("DeiT", teacher), ("FAR", replace_attention(teacher))):
+                name = f"{kind}-{v.capitalize()}"
+                c = count_flops(model, size)
+                paper = PAPER_TABLE2.get(name)
+                paper_g = None if paper is None else (paper.gflops_224 if size == 224 else paper.gflops_384)
+                g = c["total"]["macs"] / 1e9
+                rows.append({
+                    "model": name, "img_size": size, "params_m": c["total"]["params"] / 1e6, "gmacs": g,
+                    "attn_gmacs": c["attn"]["macs"] / 1e9, "paper_params_m": None if paper is None else paper.params_m,
+                    "paper_gflops": paper_g, "rel_diff_gmacs": None if paper_g is None else g / paper_g - 1,
+                })
+    return rows
+

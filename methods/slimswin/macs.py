@@ -1,0 +1,161 @@
+"""MAC counts of Swin attention under a window-head mask (SlimSwin Table I) and of a whole Swin (Fig. 1).
+
+Conventions (all counts are per image, in multiply-accumulates unless ``unit="flops"``, which is
+exactly 2 x MACs):
+
+* Attention of one layer, per active (window, head) pair with ``N`` tokens per window, block width
+  ``C`` and head width ``d`` (§III-D, Eq. 4):
+  ``qkv = N*C*3d``, ``qk = N*N*d`` (``Q K^T``), ``av = N*N*d`` (``softmax(.) V``), ``proj = N*d*C``
+  (the output projection only multiplies the active heads' input columns, as
+  :mod:`.pruned` does). Biases, the ``1/sqrt(d)`` scale, relative position bias, shift mask and
+  softmax are not counted. Windows containing padding are counted in full (they are computed).
+* This reproduces the paper's unpruned Swin-B attention count (5.24e9, Table I: QKV projection,
+  self-attention and output projection of all 24 layers). For Swin-T the same convention gives
+  1.527e9, not the paper's 2.61e9; no sensible convention gives 2.61e9 (FLOPs = 3.05e9; FLOPs
+  without the last stage = 2.58e9; with the ``Eq. 4``-style ``H*N^2*C`` matmul count = 2.45e9). The
+  paper's Swin-T *reductions* (28.0 ... 56.0 %) do match ``r x 84.4 %``, the prunable (non-last
+  stage) share of our 1.527e9, so only the absolute Swin-T figure is off. See ``PAPER_TABLE_I``.
+* Whole-model breakdown (:func:`swin_flops_breakdown`): patch embedding convolution, attention
+  (as above), MLP (two linears), patch merging (the ``4C -> 2C`` linear), classifier head; norms
+  are counted as one MAC per normalised element (the affine ``g * x + b``; statistics not counted);
+  GELU, softmax, residual adds and pooling are not counted.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple, Sequence
+
+import torch
+from torch import nn
+
+from .gates import get_masks
+from .geometry import SwinConfig, swin_layers, validate_layer_list
+
+__all__ = [
+    "PaperTableRow",
+    "PAPER_TABLE_I",
+    "PAPER_ATTENTION_MACS",
+    "attention_macs",
+    "sum_macs",
+    "swin_flops_breakdown",
+]
+
+
+class PaperTableRow(NamedTuple):
+    """One cell pair of the paper's Table I ("MAC reduction under different pruning ratios")."""
+
+    model: str  # "swin_base" or "swin_tiny"
+    ratio: float | None  # global pruning ratio r (None = unpruned)
+    macs: float  # attention MACs (QKV, self-attention, output projection) per image
+    reduction_pct: float | None  # reduction vs unpruned, in percent (None for unpruned)
+
+
+#: Table I of the paper, verbatim (Swin at 224x224).
+PAPER_TABLE_I: tuple[PaperTableRow, ...] = (
+    PaperTableRow("swin_base", None, 5.24e9, None),
+    PaperTableRow("swin_base", 0.33, 3.63e9, 30.7),
+    PaperTableRow("swin_base", 0.44, 3.10e9, 40.9),
+    PaperTableRow("swin_base", 0.55, 2.56e9, 51.1),
+    PaperTableRow("swin_base", 0.67, 2.03e9, 61.3),
+    PaperTableRow("swin_tiny", None, 2.61e9, None),
+    PaperTableRow("swin_tiny", 0.33, 1.88e9, 28.0),
+    PaperTableRow("swin_tiny", 0.44, 1.63e9, 37.3),
+    PaperTableRow("swin_tiny", 0.55, 1.39e9, 46.6),
+    PaperTableRow("swin_tiny", 0.67, 1.15e9, 56.0),
+)
+
+#: Unpruned attention MACs per image reported in Table I.
+PAPER_ATTENTION_MACS = {row.model: row.macs for row in PAPER_TABLE_I if row.ratio is None}
+
+COMPONENTS = ("qkv", "qk", "av", "proj")
+
+
+def attention_macs(model_or_config: nn.Module | SwinConfig,
+                   masks: Sequence[torch.Tensor] | None = None) -> dict[int, dict[str, int]]:
+    """Attention MACs per image of every layer under a window-head mask (convention: module docstring).
+
+    Args:
+        model_or_config: timm Swin (plain, gated or pruned) or :class:`.geometry.SwinConfig`.
+        masks: one bool ``(num_windows, num_heads)`` per layer (True = computed); default: the
+            model's own masks (:func:`.gates.get_masks`), or all active for a config.
+
+    Returns:
+        ``{layer: {"stage", "num_windows", "num_heads", "active_pairs", "qkv", "qk", "av", "proj",
+        "total"}}`` with integer MAC counts.
+
+    Raises:
+        ValueError: not a Swin / config; masks of the wrong number or shape.
+    """
+    layers = swin_layers(model_or_config)
+    if masks is None:
+        masks = (get_masks(model_or_config) if not isinstance(model_or_config, SwinConfig)
+                 else [torch.ones(g.num_windows, g.num_heads, dtype=torch.bool) for g in layers])
+    validate_layer_list(masks, layers, "masks")
+    out = {}
+    for geo, mask in zip(layers, masks):
+        pairs = int(mask.bool().sum())
+        n, c, d = geo.window_area, geo.dim, geo.head_dim
+        row = {"stage": geo.stage, "num_windows": geo.num_windows, "num_heads": geo.num_heads, "active_pairs": pairs,
+               "qkv": pairs * n * c * 3 * d, "qk": pairs * n * n * d, "av": pairs * n * n * d,
+               "proj": pairs * n * d * c}
+        row["total"] = sum(row[k] for k in COMPONENTS)
+        out[geo.layer] = row
+    return out
+
+
+def sum_macs(per_layer: dict[int, dict[str, int]], component: str = "total",
+             layers: Sequence[int] | None = None) -> int:
+    """Sum one component of :func:`attention_macs` over ``layers`` (default: all)."""
+    keys = per_layer.keys() if layers is None else layers
+    return sum(per_layer[l][component] for l in keys)
+
+
+def swin_flops_breakdown(model_or_config: nn.Module | SwinConfig, img_size: int | None = None,
+                         masks: Sequence[torch.Tensor] | None = None,
+                         unit: Literal["macs", "flops"] = "macs") -> dict[str, int]:
+    """Component-wise cost of a whole Swin per image (the paper's Fig. 1), optionally under a mask.
+
+    Args:
+        model_or_config: timm Swin or :class:`.geometry.SwinConfig` (only its architecture is read).
+        img_size: input side; default the model's / config's own.
+        masks: window-head masks for the attention components (default: all active; ignored if
+            ``img_size`` changes the window counts -- then pass masks for that size).
+        unit: ``"macs"`` or ``"flops"`` (= 2 x MACs).
+
+    Returns:
+        ``{"patch_embed", "norm", "attn_qkv", "attn_matmul" (QK^T + AV), "attn_proj", "mlp",
+        "patch_merging", "head", "total"}``.
+    """
+    if unit not in ("macs", "flops"):
+        raise ValueError(f"unit must be 'macs' or 'flops', got {unit!r}")
+    cfg = model_or_config if isinstance(model_or_config, SwinConfig) else SwinConfig.from_model(model_or_config)
+    if img_size is not None and img_size != cfg.img_size:
+        cfg = cfg.replace(img_size=img_size)
+    layers = swin_layers(cfg)
+    attn = attention_macs(cfg, masks)
+    grid = cfg.img_size // cfg.patch_size
+    c0 = cfg.embed_dim
+    out = dict.fromkeys(("patch_embed", "norm", "attn_qkv", "attn_matmul", "attn_proj", "mlp", "patch_merging",
+                         "head"), 0)
+    out["patch_embed"] = grid * grid * c0 * cfg.in_chans * cfg.patch_size ** 2
+    out["norm"] = grid * grid * c0  # patch-embedding norm
+    for geo in layers:
+        h, w = geo.resolution
+        tokens = h * w
+        if geo.block == 0 and geo.stage > 0:
+            in_dim = geo.dim // 2
+            out["patch_merging"] += tokens * 4 * in_dim * geo.dim
+            out["norm"] += tokens * 4 * in_dim
+        out["norm"] += 2 * tokens * geo.dim  # norm1, norm2
+        out["mlp"] += 2 * tokens * geo.dim * geo.mlp_hidden
+        row = attn[geo.layer]
+        out["attn_qkv"] += row["qkv"]
+        out["attn_matmul"] += row["qk"] + row["av"]
+        out["attn_proj"] += row["proj"]
+    last = layers[-1]
+    out["norm"] += last.resolution[0] * last.resolution[1] * last.dim  # final norm
+    out["head"] = last.dim * cfg.num_classes
+    out["total"] = sum(out.values())
+    if unit == "flops":
+        out = {k: 2 * v for k, v in out.items()}
+    return out

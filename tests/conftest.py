@@ -1,0 +1,45 @@
+"""Shared test set-up: an isolated WORKBENCH_HOME, fixed seeds, quiet progress, smoke teachers."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ["WORKBENCH_PROGRESS"] = "0"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def workbench_home(tmp_path_factory):
+    """Every test session gets its own runs and stores directory; nothing touches ~/.cache."""
+    home = tmp_path_factory.mktemp("workbench_home")
+    old = os.environ.get("WORKBENCH_HOME")
+    os.environ["WORKBENCH_HOME"] = str(home)
+    yield home
+    if old is None:
+        os.environ.pop("WORKBENCH_HOME", None)
+    else:
+        os.environ["WORKBENCH_HOME"] = old
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+    yield
+
+
+@pytest.fixture(scope="session")
+def smoke_teacher():
+    """Train (once per session) a smoke-profile demo teacher; returns its Run."""
+    from workbench.pipelines.teacher import train_teacher
+
+    cache = {}
+
+    def get(arch: str):
+        if arch not in cache:
+            cache[arch] = train_teacher(arch, "smoke", device="cpu", log=lambda *_: None)
+        return cache[arch]
+
+    return get

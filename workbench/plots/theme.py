@@ -1,0 +1,56 @@
+"""Shared look of every workbench figure: seaborn theme at paper size, one colormap per meaning.
+
+Importing this module changes nothing; call :func:`set_theme` (the figure registry and the
+notebooks do) to apply the theme globally, or use :func:`theme_rc` with ``plt.rc_context``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+#: Sequential colormap for probabilities and other non-negative magnitudes (attention, saliency).
+ATTENTION_CMAP = "viridis"
+#: Diverging colormap for signed differences (student minus teacher, ...); centre it on 0.
+DIVERGING_CMAP = "RdBu_r"
+#: Categorical palette for lines and bars (models, methods).
+PALETTE = "colorblind"
+#: Colour of missing values (NaN padding, e.g. heads a layer does not have).
+MISSING_COLOR = "#d9d9d9"
+#: Side of one image panel in inches at the paper context.
+PANEL_INCHES = 1.7
+
+Context = Literal["paper", "notebook", "talk", "poster"]
+
+
+def theme_rc(context: Context = "paper", font_scale: float = 1.0) -> dict[str, Any]:
+    """Matplotlib rc parameters of the workbench theme (for ``plt.rc_context``)."""
+    import seaborn as sns
+
+    rc = dict(sns.plotting_context(context, font_scale=font_scale))
+    rc.update(sns.axes_style("white"))
+    rc.update(
+        {
+            "image.cmap": ATTENTION_CMAP,
+            "image.interpolation": "nearest",
+            "figure.dpi": 100,
+            "savefig.dpi": 200,
+            "savefig.bbox": "tight",
+            "figure.titleweight": "bold",
+            "axes.titlepad": 3.0,
+        }
+    )
+    return rc
+
+
+def set_theme(context: Context = "paper", font_scale: float = 1.0) -> None:
+    """Apply the workbench theme globally (seaborn ``white`` style, paper-size fonts, shared cmaps).
+
+    Args:
+        context: seaborn plotting context; ``"paper"`` for figures, ``"notebook"`` for exploration.
+        font_scale: multiplies the context's font sizes.
+    """
+    import matplotlib as mpl
+    import seaborn as sns
+
+    sns.set_theme(context=context, style="white", palette=PALETTE, font_scale=font_scale)
+    mpl.rcParams.update(theme_rc(context, font_scale))
