@@ -1,0 +1,104 @@
+"""The guarantees every registered extractor shares, checked over one parametrised table.
+
+Each extractor adds a row to ``CASES``: its name, a tiny model factory, an input shape and a layer subset.
+Every extractor must: return a Dataset whose dims are DESIGN.md dims, carry ``analysis`` and a JSON
+``config``, keep one ``sample`` per image, honour ``layers=`` as a selection of the full result,
+be deterministic, leave the model's parameters, mode and fused-attention flags unchanged, and
+survive stamping, saving and reopening exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+import numpy as np
+import pytest
+import timm
+import torch
+import xarray as xr
+
+import methods.teachers  # noqa: F401
+from workbench.analysis import EXTRACTORS, get_extractor, load_all
+from workbench.provenance import DataSource, ModelSource, stamp
+from workbench.store import open_store, save
+
+# DESIGN.md dims, plus the image dims that stores use for the pictures behind a figure.
+DESIGN_DIMS = {"model", "sample", "layer", "head", "query", "key", "y", "x", "direction", "unit",
+               "branch_i", "branch_j", "module", "stage", "window", "pair", "basis", "epoch", "step"}
+
+
+def _vit():
+    return timm.create_model("vit_demo", depth=3).eval()
+
+
+def _swin():
+    return timm.create_model("swin_demo").eval()
+
+
+# name -> (model factory, input shape (B, C, H, W), layers subset to test)
+CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...], list[int]]] = {
+    "attention": (_vit, (2, 1, 28, 28), [0, 2]),
+    "window_attention": (_swin, (2, 1, 28, 28), [0, 1]),
+}
+
+
+
+
+def test_every_registered_extractor_has_a_case():
+    load_all()
+    assert set(EXTRACTORS) <= set(CASES), f"add rows to CASES for {set(EXTRACTORS) - set(CASES)}"
+
+
+@pytest.fixture(params=sorted(CASES), ids=sorted(CASES))
+def case(request):
+    name = request.param
+    factory, shape, subset = CASES[name]
+    torch.manual_seed(0)
+    return name, factory(), torch.randn(shape), subset
+
+
+def _fused_flags(model):
+    return {n: m.fused_attn for n, m in model.named_modules() if hasattr(m, "fused_attn")}
+
+
+def test_shared_guarantees(case, tmp_path):
+    name, model, images, subset = case
+    extract = get_extractor(name)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    flags = _fused_flags(model)
+    ds = extract(model, images)
+    assert isinstance(ds, xr.Dataset) and ds.data_vars
+    assert set(ds.dims) <= DESIGN_DIMS, f"dims outside DESIGN.md: {set(ds.dims) - DESIGN_DIMS}"
+    assert ds.attrs["analysis"] == name
+    json.loads(ds.attrs["config"])
+    assert ds.sizes["sample"] == images.shape[0]
+    # no side effects on the model
+    assert not model.training and _fused_flags(model) == flags
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    # deterministic
+    xr.testing.assert_identical(ds, extract(model, images))
+    # layers= selects from the full result
+    part = extract(model, images, layers=subset)
+    assert part.layer.values.tolist() == subset
+    for var in part.data_vars:
+        full = ds[var].sel(layer=subset) if "layer" in ds[var].dims else ds[var]
+        np.testing.assert_allclose(part[var].values, full.values[tuple(slice(0, n) for n in part[var].shape)], atol=1e-6, equal_nan=True)
+    # stamp, save, reopen exactly
+    stamped = stamp(ds, ModelSource("test"), DataSource("random", list(range(images.shape[0]))))
+    back = open_store(save(stamped, tmp_path / f"{name}.nc"), load=True)
+    xr.testing.assert_identical(back.drop_attrs(), stamped.drop_attrs())
+
+
+def test_bad_layers_rejected(case):
+    name, model, images, _ = case
+    with pytest.raises(ValueError, match="layer"):
+        get_extractor(name)(model, images, layers=[999])
+
+
+def test_training_mode_rejected(case):
+    name, model, images, _ = case
+    model.train()
+    with pytest.raises(ValueError, match="eval"):
+        get_extractor(name)(model, images)
