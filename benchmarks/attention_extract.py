@@ -11,7 +11,7 @@ warm-up:
 
 Also checks that AttentionExtract's maps equal ours. Run::
 
-    PYTHONPATH=. python benchmarks/attention_extract.py [--batch 8] [--repeats 7]
+    PYTHONPATH=. python benchmarks/attention_extract.py [--batch 8] [--repeats 9] [--threads 1]
 """
 
 from __future__ import annotations
@@ -56,7 +56,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     torch.manual_seed(0)
     model = timm.create_model(args.model, pretrained=False, img_size=args.img_size).eval()
@@ -109,7 +112,8 @@ def main() -> None:
     bbase = best["forward (fused)"]
     print(f"{'':30s} {'median ms':>10s} {'/ forward':>10s} {'/ extract':>10s} {'min ms':>9s} {'min / fwd':>10s}")
     for name, t in times.items():
-        print(f"{name:30s} {t * 1e3:10.1f} {t / base:10.2f} {t / ext:10.2f} {best[name] * 1e3:9.1f} {best[name] / bbase:10.2f}")
+        row = f"{t * 1e3:10.1f} {t / base:10.2f} {t / ext:10.2f} {best[name] * 1e3:9.1f} {best[name] / bbase:10.2f}"
+        print(f"{name:30s} {row}")
 
     ds = extract_attention(model, images)
     for label, maps in (("fx", theirs_fx()), ("hook", theirs_hook())):

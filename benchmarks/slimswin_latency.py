@@ -20,11 +20,12 @@ wall-clock reduction. Run: ``PYTHONPATH=. python benchmarks/slimswin_latency.py 
 from __future__ import annotations
 
 import argparse
-import statistics
+import math
 import time
 
 import timm
 import torch
+from torch import nn
 
 from methods.slimswin import attention_macs, prunable_layers, sum_macs, swin_blocks, swin_layers, to_pruned
 
@@ -68,20 +69,37 @@ def record_inputs(model, image) -> list[tuple[torch.Tensor, torch.Tensor | None]
     return seen
 
 
-def time_attention(model, inputs, repeats: int) -> float:
-    """Median over ``repeats`` of the summed time of all attention layers (seconds)."""
-    attns = [block.attn for block in swin_blocks(model)]
-    times = []
+def time_attention(models: dict[str, nn.Module], inputs, repeats: int) -> dict[str, float]:
+    """Per model, the minimum over ``repeats`` rounds of the summed CPU time of its 12 attention layers.
+
+    Thread CPU time (``time.thread_time``), not wall-clock: the time this thread spends computing,
+    unaffected by other processes taking the core (the development machine is shared); rounds
+    alternate between the models so that slow phases hit all of them alike.
+    """
+    attns = {name: [block.attn for block in swin_blocks(model)] for name, model in models.items()}
+    best = dict.fromkeys(models, math.inf)
     with torch.inference_mode():
-        for _ in range(2):  # warm-up
-            for attn, (x, mask) in zip(attns, inputs):
-                attn(x, mask=mask)
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for attn, (x, mask) in zip(attns, inputs):
-                attn(x, mask=mask)
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for round_ in range(repeats + 2):  # two warm-up rounds
+            for name, layers in attns.items():
+                start = time.thread_time()
+                for attn, (x, mask) in zip(layers, inputs):
+                    attn(x, mask=mask)
+                if round_ >= 2:
+                    best[name] = min(best[name], time.thread_time() - start)
+    return best
+
+
+def time_forward(models: dict[str, nn.Module], image: torch.Tensor, repeats: int) -> dict[str, float]:
+    """Minimum thread CPU time of a whole forward pass per model."""
+    best = dict.fromkeys(models, math.inf)
+    with torch.inference_mode():
+        for round_ in range(repeats + 1):
+            for name, model in models.items():
+                start = time.thread_time()
+                model(image)
+                if round_ >= 1:
+                    best[name] = min(best[name], time.thread_time() - start)
+    return best
 
 
 def main() -> None:
@@ -95,27 +113,27 @@ def main() -> None:
     image = torch.randn(1, 3, 224, 224)
     inputs = record_inputs(model, image)
     dense_macs = sum_macs(attention_macs(model))
-    t_timm = time_attention(model, inputs, args.repeats)
-    t_dense = time_attention(to_pruned(model), inputs, args.repeats)
-    print(f"torch {torch.__version__}, timm {timm.__version__}, threads {torch.get_num_threads()}, "
-          f"Swin-T 224 batch 1, attention of 12 layers, median of {args.repeats}")
-    print(f"dense attention MACs {dense_macs / 1e9:.3f}e9; timm WindowAttention {t_timm * 1e3:.2f} ms; "
-          f"PrunedWindowAttention (all active) {t_dense * 1e3:.2f} ms")
-    print(f"{'mask':<11}{'r':>6}{'MAC ratio':>11}{'time ratio':>12}{'ms':>9}{'efficiency':>12}  (vs timm)")
+    models = {"timm": model, "dense": to_pruned(model)}
+    masks = {}
     for ratio in args.ratios:
-        for kind, masks in (("random", random_masks(model, ratio)), ("structured", structured_masks(model, ratio))):
-            pruned = to_pruned(model, masks)
-            macs = sum_macs(attention_macs(model, masks)) / dense_macs
-            t = time_attention(pruned, inputs, args.repeats)
-            eff = (1 - t / t_timm) / (1 - macs)
-            print(f"{kind:<11}{ratio:>6.2f}{macs:>11.3f}{t / t_timm:>12.3f}{t * 1e3:>9.2f}{eff:>12.2f}")
-            # whole-model check: pruned output differs from dense only by the pruned heads
-    with torch.inference_mode():
-        full = [time.perf_counter()]
-        for _ in range(3):
-            model(image)
-        full.append(time.perf_counter())
-    print(f"(whole Swin-T forward, dense, for scale: {(full[1] - full[0]) / 3 * 1e3:.1f} ms)")
+        for kind, make in (("random", random_masks), ("structured", structured_masks)):
+            masks[f"{kind} {ratio:.2f}"] = make(model, ratio)
+            models[f"{kind} {ratio:.2f}"] = to_pruned(model, masks[f"{kind} {ratio:.2f}"])
+    times = time_attention(models, inputs, args.repeats)
+    t_timm, t_dense = times["timm"], times["dense"]
+    print(f"torch {torch.__version__}, timm {timm.__version__}, {torch.get_num_threads()} thread, Swin-T 224, batch 1, "
+          f"eval; attention of all 12 layers; thread CPU time, min of {args.repeats} interleaved rounds")
+    print(f"dense attention: {dense_macs / 1e9:.3f} GMAC; timm WindowAttention {t_timm * 1e3:.2f} ms; "
+          f"PrunedWindowAttention with all pairs active ('dense') {t_dense * 1e3:.2f} ms")
+    print("efficiency = (1 - time ratio) / (1 - MAC ratio): share of the MAC reduction realised in time")
+    print(f"{'mask':<17}{'MAC ratio':>10}{'ms':>8}{'t/timm':>8}{'eff':>6}{'t/dense':>9}{'eff':>6}")
+    for name, mask in masks.items():
+        mac = sum_macs(attention_macs(model, mask)) / dense_macs
+        t = times[name]
+        print(f"{name:<17}{mac:>10.3f}{t * 1e3:>8.2f}{t / t_timm:>8.3f}{(1 - t / t_timm) / (1 - mac):>6.2f}"
+              f"{t / t_dense:>9.3f}{(1 - t / t_dense) / (1 - mac):>6.2f}")
+    full = time_forward({k: models[k] for k in ("timm", *[n for n in masks if n.startswith("random")])}, image, 5)
+    print("whole Swin-T forward (ms): " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in full.items()))
 
 
 if __name__ == "__main__":

@@ -315,6 +315,7 @@ def test_retention():
 
 
 # ----------------------------------------------------------------------------------------- FLOPs
+@pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN")
 def test_flops_one_layer_by_hand(teacher):
     d, n, dh, t, depth = 32, 2, 16, T, 2
     attn = t * d * 3 * d + 2 * t * t * d + t * d * d  # qkv + QK^T + AV + proj

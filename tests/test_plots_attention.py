@@ -37,7 +37,9 @@ def synthetic_attention(
     att = softmax(rng.normal(size=(len(samples), len(layers), heads, n, n))).astype(np.float32)
     ds = xr.Dataset(
         {"attention": (("sample", "layer", "head", "query", "key"), att)},
-        coords={"sample": list(samples), "layer": list(layers), "head": np.arange(heads), **query_key_coords(prefix, grid)},
+        coords={
+            "sample": list(samples), "layer": list(layers), "head": np.arange(heads), **query_key_coords(prefix, grid)
+        },
     )
     cls = att[:, :, :, 0, len(prefix):].reshape(len(samples), len(layers), heads, gh, gw)
     ds["cls_attention"] = (("sample", "layer", "head", "y", "x"), cls)
@@ -108,7 +110,8 @@ def test_cls_maps_over_images():
 
 
 def test_model_dim_rows():
-    both = xr.concat([synthetic_attention(seed=0), synthetic_attention(seed=1)], dim=xr.Variable("model", ["teacher", "far"]))
+    models = xr.Variable("model", ["teacher", "far"])
+    both = xr.concat([synthetic_attention(seed=0), synthetic_attention(seed=1)], dim=models)
     fig = plot_cls_maps(both, layers=[2])
     labels = [a.get_ylabel() for a in fig.axes]
     assert "model: teacher\ny (patch)" in labels and "model: far\ny (patch)" in labels
@@ -138,7 +141,8 @@ def test_window_attention_dataset():
     ds = xr.Dataset(
         {"attention": (("sample", "layer", "window", "head", "query", "key"), att)},
         coords={
-            "sample": [0], "layer": [0, 1], "window": np.arange(4), "head": [0, 1], "query": np.arange(9), "key": np.arange(9),
+            "sample": [0], "layer": [0, 1], "window": np.arange(4), "head": [0, 1],
+            "query": np.arange(9), "key": np.arange(9),
             "query_wy": (("layer", "query"), np.stack([wc["query_wy"]] * 2)),
             "query_wx": (("layer", "query"), np.stack([wc["query_wx"]] * 2)),
             "key_wy": (("layer", "key"), np.stack([wc["query_wy"]] * 2)),
@@ -153,5 +157,8 @@ def test_window_attention_dataset():
 
 
 def test_plots_do_not_import_torch():
-    code = "import workbench.plots, workbench.plots.attention, workbench.plots.theme, sys; assert 'torch' not in sys.modules"
+    code = (
+        "import workbench.plots, workbench.plots.attention, workbench.plots.theme, sys; "
+        "assert 'torch' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""})

@@ -60,7 +60,7 @@ def versions() -> dict[str, str]:
 
     from workbench import __version__
 
-    return {"workbench_version": __version__, "torch_version": torch.__version__, "timm_version": timm.__version__}
+    return {"workbench_version": __version__, "torch_version": str(torch.__version__), "timm_version": str(timm.__version__)}
 
 
 def now_iso() -> str:

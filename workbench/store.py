@@ -37,6 +37,17 @@ def _check_attrs(ds: xr.Dataset, where: str) -> None:
         )
 
 
+def _attr(value):
+    """netCDF-safe attribute: None -> "null", str subclasses (e.g. torch's version) -> str, bool -> int."""
+    if value is None:
+        return NULL
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bool):
+        return int(value)
+    return value
+
+
 def save(ds: xr.Dataset, path: str | Path) -> Path:
     """Write ``ds`` to ``path`` (``.nc``) atomically; refuse a Dataset without provenance.
 
@@ -47,7 +58,7 @@ def save(ds: xr.Dataset, path: str | Path) -> Path:
     if path.suffix != SUFFIX:
         path = path.with_suffix(path.suffix + SUFFIX) if path.suffix else path.with_suffix(SUFFIX)
     _check_attrs(ds, "the Dataset")
-    attrs = {k: (NULL if v is None else v) for k, v in ds.attrs.items()}
+    attrs = {k: _attr(v) for k, v in ds.attrs.items()}
     ds = ds.copy(deep=False).assign_attrs(attrs)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")

@@ -210,7 +210,8 @@ class MultiHeadBiLSTM(nn.Module):
         Returns:
             A new :class:`MultiHeadBiLSTM` on the same device and dtype.
         """
-        keep = keep.detach().to(torch.bool).cpu() & self.kept
+        kept = self.kept.cpu()
+        keep = keep.detach().to(torch.bool).cpu() & kept
         new = MultiHeadBiLSTM(
             self.dim, self.num_heads, self.head_dim, self.hidden_dim, keep, self.own_norm, self.bias, self.norm_eps
         )
@@ -221,7 +222,7 @@ class MultiHeadBiLSTM(nn.Module):
         cols = []
         for i, (old_lstm, new_lstm, sl) in enumerate(zip(self.lstms, new.lstms, self.out_proj_slices())):
             n, d = divmod(i, 2)
-            old_units = self.kept[n, d].nonzero().squeeze(-1)  # original index of each local unit
+            old_units = kept[n, d].nonzero().squeeze(-1)  # original index of each local unit
             local = keep[n, d][old_units].nonzero().squeeze(-1).to(ref.device)  # local units to keep
             cols.append(sl.start + local)
             if new_lstm.hidden_size == 0:
@@ -235,7 +236,7 @@ class MultiHeadBiLSTM(nn.Module):
                 new_lstm.bias_hh_l0.copy_(old_lstm.bias_hh_l0[gate_rows])
         new.out_proj.weight.copy_(self.out_proj.weight[:, torch.cat(cols)])  # (D, Σ h')
         new.out_proj.bias.copy_(self.out_proj.bias)
-        for (name, p_new) in new.named_parameters():
-            p_old = dict(self.named_parameters()).get(name)
-            p_new.requires_grad_(True if p_old is None else p_old.requires_grad)
+        old_params = dict(self.named_parameters())
+        for name, p_new in new.named_parameters():  # keep frozen parts frozen
+            p_new.requires_grad_(old_params[name].requires_grad if name in old_params else True)
         return new

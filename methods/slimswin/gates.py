@@ -40,7 +40,7 @@ from einops import rearrange
 from torch import nn
 from timm.models.swin_transformer import WindowAttention
 
-from .geometry import SwinLayerGeometry, check_swin, swin_blocks, swin_layers, validate_layer_list
+from .geometry import SwinLayerGeometry, swin_blocks, swin_layers, validate_layer_list
 
 __all__ = [
     "GateMode",

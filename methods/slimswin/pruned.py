@@ -83,7 +83,9 @@ def pair_rectangles(active: torch.Tensor, strategy: Strategy = "auto", phase: Li
         active: bool ``(num_windows, num_heads)``.
         strategy: ``"window_groups"`` (one rectangle per distinct non-empty active-head set),
             ``"head_groups"`` (one per distinct non-empty active-window set; with all sets distinct,
-            one per head) or ``"auto"`` (lower :func:`rectangle_cost`; ties go to ``"window_groups"``).
+            one per head) or ``"auto"``: the lowest :func:`rectangle_cost` among those two and a greedy
+            cover (repeatedly the maximal rectangle of lowest cost per pair); ties go to
+            ``"window_groups"``.
         phase, window_area, dim, head_dim: what the partition is for; used by ``"auto"`` only.
 
     Returns:
@@ -102,14 +104,34 @@ def pair_rectangles(active: torch.Tensor, strategy: Strategy = "auto", phase: Li
                 sets.setdefault(cols, []).append(r)
         return [(rows, list(cols)) for cols, rows in sets.items()]
 
-    by_window = group(active)
-    by_head = sorted(((windows, heads) for heads, windows in group(active.T)), key=lambda r: (r[0][0], r[1][0]))
+    def head_groups(matrix: torch.Tensor) -> list[tuple[list[int], list[int]]]:
+        return sorted(((windows, heads) for heads, windows in group(matrix.T)), key=lambda r: (r[0][0], r[1][0]))
+
     if strategy == "window_groups":
-        return by_window
+        return group(active)
     if strategy == "head_groups":
-        return by_head
+        return head_groups(active)
     shape = (phase, active.shape[0], window_area, dim, head_dim)
-    return by_window if rectangle_cost(by_window, *shape) <= rectangle_cost(by_head, *shape) else by_head
+
+    def greedy() -> list[Rectangle]:
+        # set-cover heuristic: repeatedly take the maximal rectangle with the lowest cost per pair among
+        # (windows having all heads of a head-set) and (heads active in all windows of a window-set)
+        residual, rects = active.clone(), []
+        while residual.any():
+            candidates = []
+            for _, heads in group(residual):
+                windows = residual[:, heads].all(1).nonzero().flatten().tolist()
+                candidates.append((windows, heads))
+            for windows, _ in head_groups(residual):
+                heads = residual[windows].all(0).nonzero().flatten().tolist()
+                candidates.append((windows, heads))
+            best = min(candidates, key=lambda r: (rectangle_cost([r], *shape) / (len(r[0]) * len(r[1])), r))
+            rects.append(best)
+            residual[torch.tensor(best[0])[:, None], torch.tensor(best[1])[None, :]] = False
+        return sorted(rects, key=lambda r: (r[0][0], r[1][0]))
+
+    options = [group(active), head_groups(active), greedy()]
+    return min(options, key=lambda rects: rectangle_cost(rects, *shape))  # first wins ties
 
 
 def _index(values: list[int]) -> torch.Tensor:
@@ -252,13 +274,16 @@ class PrunedWindowAttention(nn.Module):
         if not self.qkv_rects:
             return out
         index = self._indices(batch, x.device)
-        qkv = []
+        qkv = x.new_empty(3, batch * self.pair_bias.shape[0], n, d)  # (3, P_B, N, d) q, k, v of every pair
+        start = 0
         for i, (windows, heads) in enumerate(self.qkv_rects):
             xr = x if self.dense else x.index_select(0, index[i])  # (B*G, N, C)
             t = F.linear(xr, getattr(self, f"qkv_weight_{i}"), getattr(self, f"qkv_bias_{i}"))  # (B*G, N, 3*S*d)
-            t = t.view(-1, n, 3, len(heads), d).permute(2, 0, 3, 1, 4)  # (3, B*G, S, N, d)
-            qkv.append(t.reshape(3, -1, n, d))  # (3, B*G*S, N, d)
-        q, k, v = (torch.cat(qkv, dim=1) if len(qkv) > 1 else qkv[0]).unbind(0)  # each (P_B, N, d)
+            size = xr.shape[0] * len(heads)
+            qkv[:, start: start + size].view(3, -1, len(heads), n, d).copy_(  # (3, B*G, S, N, d)
+                t.view(-1, n, 3, len(heads), d).permute(2, 0, 3, 1, 4))
+            start += size
+        q, k, v = qkv.unbind(0)  # each (P_B, N, d)
         pairs = self._attention(q, k, v, batch, mask)  # (P_B, N, d)
         start, base = 0, len(self.qkv_rects)
         for i, (windows, heads) in enumerate(self.proj_rects):

@@ -282,7 +282,9 @@ def _layer_config(layers: int | Sequence[int] | None) -> list[int] | int | None:
 
 
 @register("attention")
-def extract_attention(model: nn.Module, images: torch.Tensor, *, layers: int | Sequence[int] | None = None) -> xr.Dataset:
+def extract_attention(
+    model: nn.Module, images: torch.Tensor, *, layers: int | Sequence[int] | None = None
+) -> xr.Dataset:
     """Token-to-token attention probabilities of a timm ViT / DeiT.
 
     Args:
@@ -397,7 +399,9 @@ def extract_window_attention(
         p = rec.probs[s.layer][0].float().cpu().numpy()  # (B * windows, heads, wh*ww, wh*ww)
         n_win = (hp // wh) * (wp // ww)
         if p.shape[0] != b * n_win or p.shape[-1] != wh * ww:
-            raise RuntimeError(f"block {s.layer}: attention shape {p.shape} does not match {n_win} windows of {wh}x{ww}")
+            raise RuntimeError(
+                f"block {s.layer}: attention shape {p.shape} does not match {n_win} windows of {wh}x{ww}"
+            )
         probs.append(rearrange(p, "(b w) h q k -> b w h q k", b=b))
         per_layer.append(
             dict(stage=s.stage, shifted=bool(sy or sx), shift_y=sy, shift_x=sx, window_h=wh, window_w=ww,
@@ -448,6 +452,5 @@ def extract_window_attention(
         },
     )
     ds["attention"].attrs.update(units="probability", long_name="window attention probability")
-    return ds.assign_attrs(
-        analysis="window_attention", config=config_json(layers=_layer_config(layers) if stage is None else None, stage=stage)
-    )
+    config = config_json(layers=None if stage is not None else _layer_config(layers), stage=stage)
+    return ds.assign_attrs(analysis="window_attention", config=config)

@@ -29,8 +29,9 @@ Three implementations of the same quantity, for cross-checking and benchmarking:
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Literal, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -122,67 +123,87 @@ def auto_chunk_size(x: torch.Tensor, budget_bytes: int = 2**28) -> int:
     return max(1, min(t, budget_bytes // per_query))
 
 
-def dependency(fn: Callable, x: torch.Tensor, chunk_size: Optional[int] = None) -> torch.Tensor:
-    """Batched gradient-saliency dependency, ``(B, N, T, T)`` = (sample, head, query, key).
+def _query_list(queries: Optional[Sequence[int]], t: int) -> list[int]:
+    return list(range(t)) if queries is None else [int(q) for q in queries]
+
+
+def dependency(
+    fn: Callable, x: torch.Tensor, queries: Optional[Sequence[int]] = None, chunk_size: Optional[int] = None
+) -> torch.Tensor:
+    """Batched gradient-saliency dependency, ``(B, N, Q, T)`` = (sample, head, query, key).
 
     For each head: one ``torch.func.vjp`` of the single-head function, then ``vmap`` of the VJP
-    over the T query cotangents, ``chunk_size`` queries at a time (default
-    :func:`auto_chunk_size`: all 197 queries of a DeiT at 224², ~100 at 384²).
+    over the query cotangents, ``chunk_size`` queries at a time (default
+    :func:`auto_chunk_size`: all 197 queries of a DeiT at 224², ~100 at 384²). oneDNN is switched
+    off inside, because its LSTM backward has no vmap rule.
 
     Args:
         fn: a :class:`HeadFn` (from :func:`head_output_fn`) or any ``x -> (B, T, N, C)``; the
             module(s) inside must be in eval mode and treat samples independently.
         x: block input ``(B, T, D)``.
+        queries: output tokens to compute (default all T; ``[0]`` for CLS maps, Fig. 5).
         chunk_size: queries per vmapped VJP.
     """
     x = x.detach()
+    qs = _query_list(queries, x.shape[1])
     chunk_size = chunk_size or auto_chunk_size(x)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
+        with torch.backends.mkldnn.flags(enabled=False):
+            return _dependency(fn, x, qs, chunk_size)
+
+
+def _dependency(fn: Callable, x: torch.Tensor, qs: list[int], chunk_size: int) -> torch.Tensor:
     out = []
-    with torch.backends.mkldnn.flags(enabled=False):  # oneDNN's LSTM backward has no vmap rule
-        for f in _per_head(fn):
-            y, vjp_fn = torch.func.vjp(f, x)  # y: (B, T, n, C)
-            b, t, n, c = y.shape
-            eye = torch.eye(t, dtype=y.dtype, device=y.device)  # one cotangent per query
+    for f in _per_head(fn):
+        y, vjp_fn = torch.func.vjp(f, x)  # y: (B, T, n, C)
+        b, t, n, c = y.shape
+        onehot_qs = torch.eye(t, dtype=y.dtype, device=y.device)[qs]  # (Q, T): one cotangent per query
 
-            def pull(onehot_q: torch.Tensor, onehot_h: torch.Tensor) -> torch.Tensor:
-                # cotangent: ones at y[:, q, head, :] for every sample, (B, T, n, C)
-                ct = (onehot_q.view(1, t, 1, 1) * onehot_h.view(1, 1, n, 1)).expand(b, t, n, c)
-                return vjp_fn(ct)[0].norm(dim=-1)  # (B, T_key)
+        def pull(onehot_q: torch.Tensor, onehot_h: torch.Tensor) -> torch.Tensor:
+            # cotangent: ones at y[:, q, head, :] for every sample, (B, T, n, C)
+            ct = (onehot_q.view(1, t, 1, 1) * onehot_h.view(1, 1, n, 1)).expand(b, t, n, c)
+            return vjp_fn(ct)[0].norm(dim=-1)  # (B, T_key)
 
-            for head in range(n):
-                onehot_h = torch.zeros(n, dtype=y.dtype, device=y.device).index_fill(0, torch.tensor(head), 1.0)
-                dep = torch.func.vmap(pull, in_dims=(0, None), chunk_size=chunk_size)(eye, onehot_h)  # (T_q, B, T_k)
-                out.append(rearrange(dep, "q b k -> b q k"))
-    return torch.stack(out, dim=1)  # (B, N, T_q, T_k)
+        for head in range(n):
+            onehot_h = torch.zeros(n, dtype=y.dtype, device=y.device).index_fill(0, torch.tensor(head), 1.0)
+            dep = torch.func.vmap(pull, in_dims=(0, None), chunk_size=chunk_size)(onehot_qs, onehot_h)  # (Q, B, T_k)
+            out.append(rearrange(dep, "q b k -> b q k"))
+    return torch.stack(out, dim=1)  # (B, N, Q, T_k)
 
 
-def dependency_loop(fn: Callable, x: torch.Tensor) -> torch.Tensor:
-    """Reference implementation: one ``autograd.grad`` per (head, query). ``(B, N, T, T)``."""
+def dependency_loop(fn: Callable, x: torch.Tensor, queries: Optional[Sequence[int]] = None) -> torch.Tensor:
+    """Reference: one forward, then one ``autograd.grad`` per (head, query). ``(B, N, Q, T)``.
+
+    With a plain ``fn`` (not a :class:`HeadFn`) every backward runs through all heads, as a
+    straightforward per-output-token script does.
+    """
     x = x.detach().requires_grad_(True)
+    qs = _query_list(queries, x.shape[1])
     out = []
     for f in _per_head(fn):
         y = f(x)  # (B, T, n, C)
-        b, t, n, _ = y.shape
-        for head in range(n):
+        for head in range(y.shape[2]):
             rows = []
-            for q in range(t):
+            for q in qs:
                 (g,) = torch.autograd.grad(_select(y, q, head).sum(), x, retain_graph=True)  # (B, T, D)
                 rows.append(g.norm(dim=-1))  # (B, T_key)
-            out.append(torch.stack(rows, dim=1))  # (B, T_q, T_k)
+            out.append(torch.stack(rows, dim=1))  # (B, Q, T_k)
     return torch.stack(out, dim=1)
 
 
-def dependency_captum(fn: Callable, x: torch.Tensor) -> torch.Tensor:
-    """The same with ``captum.attr.Saliency(abs=False)`` per (head, query). ``(B, N, T, T)``."""
+def dependency_captum(fn: Callable, x: torch.Tensor, queries: Optional[Sequence[int]] = None) -> torch.Tensor:
+    """The same with ``captum.attr.Saliency(abs=False)`` per (head, query). ``(B, N, Q, T)``."""
     from captum.attr import Saliency
 
-    x = x.detach()
+    x = x.detach().requires_grad_(True)
+    qs = _query_list(queries, x.shape[1])
     out = []
     for f in _per_head(fn):
         n = f(x[:1]).shape[2]
         for head in range(n):
             rows = []
-            for q in range(x.shape[1]):
+            for q in qs:
                 sal = Saliency(lambda inp, q=q, head=head: _select(f(inp), q, head))  # (B,) per sample
                 rows.append(sal.attribute(x, abs=False).norm(dim=-1))  # (B, T_key)
             out.append(torch.stack(rows, dim=1))
@@ -204,18 +225,40 @@ def block_inputs(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
 
 
 def model_dependency(
-    model: nn.Module, images: torch.Tensor, layers: Optional[Sequence[int]] = None, chunk_size: Optional[int] = None
+    model: nn.Module,
+    images: torch.Tensor,
+    layers: Optional[Sequence[int]] = None,
+    queries: Optional[Sequence[int]] = None,
+    method: Literal["batched", "loop"] = "batched",
+    chunk_size: Optional[int] = None,
 ) -> torch.Tensor:
-    """:func:`dependency` of every (or the given) block of ``model``, in eval mode.
+    """Dependency of every (or the given) block of ``model``, in eval mode.
+
+    Args:
+        model: a timm ViT or FAR model.
+        images: ``(B, C, H, W)``.
+        layers: block indices (default all).
+        queries: output tokens (default all).
+        method: "batched" (:func:`dependency`) or "loop" (:func:`dependency_loop`, per head). On
+            a 1–2 thread CPU in float32 the loop is as fast or faster (oneDNN's fused LSTM
+            backward, cache-resident attention backward; see benchmarks/token_dependency.py);
+            "batched" is the one for GPUs and float64.
+        chunk_size: queries per vmapped VJP for "batched".
 
     Returns:
-        ``(len(layers), B, N, T, T)`` = (layer, sample, head, query, key).
+        ``(len(layers), B, N, Q, T)`` = (layer, sample, head, query, key).
     """
     was_training = model.training
     model.eval()
     try:
         inputs = block_inputs(model, images)
         layers = range(len(inputs)) if layers is None else layers
-        return torch.stack([dependency(head_output_fn(model.blocks[i]), inputs[i], chunk_size) for i in layers])
+        if method == "batched":
+            maps = [dependency(head_output_fn(model.blocks[i]), inputs[i], queries, chunk_size) for i in layers]
+        elif method == "loop":
+            maps = [dependency_loop(head_output_fn(model.blocks[i]), inputs[i], queries) for i in layers]
+        else:
+            raise ValueError(f"method must be 'batched' or 'loop', got {method!r}")
+        return torch.stack(maps)
     finally:
         model.train(was_training)

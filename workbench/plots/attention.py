@@ -61,7 +61,9 @@ def panel_rows(da: xr.DataArray, *, layers: Sequence[int] | None = None, model: 
         raise ValueError(f"layers {sorted(missing)} not in the Dataset (layers: {da['layer'].values.tolist()})")
     if "model" in da.dims:
         models = list(da["model"].values) if model is None else [model]
-        return [PanelRow(f"layer {int(lay)}", {"model": m, "layer": lay}, str(m)) for m in models for lay in layer_labels]
+        return [
+            PanelRow(f"layer {int(lay)}", {"model": m, "layer": lay}, str(m)) for m in models for lay in layer_labels
+        ]
     if model is not None:
         raise ValueError("model= given but the Dataset has no 'model' dim")
     return [PanelRow(f"layer {int(lay)}", {"layer": lay}) for lay in layer_labels]
