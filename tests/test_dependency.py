@@ -105,10 +105,12 @@ def test_far_forward_only_is_causal(models, images):
 
 def test_model_dependency(models, images):
     model = models["far"].train()
-    dep = model_dependency(model, images, layers=[1])
+    dep = model_dependency(model, images, layers=[1], method="batched")
     assert dep.shape == (1, 2, 2, T, T) and model.training  # mode restored
     cls = model_dependency(model, images, queries=[0])
     assert cls.shape == (2, 2, 2, 1, T)  # CLS query only
     torch.testing.assert_close(model_dependency(model, images, queries=[0], method="loop"), cls)
+    torch.testing.assert_close(model_dependency(model.float(), images.float(), queries=[0]), cls.float(), atol=1e-4, rtol=1e-3)
+    model.double()
     model.eval()
     torch.testing.assert_close(dep[0], dependency(head_output_fn(model.blocks[1]), block_inputs(model, images)[1]))

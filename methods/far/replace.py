@@ -88,14 +88,13 @@ def replace_attention(teacher: nn.Module, cfg: Optional[FARConfig] = None) -> nn
         attn = blk.attn
         if isinstance(attn, MultiHeadBiLSTM):
             continue
-        ref = attn.qkv.weight
-        eps = getattr(blk.norm1, "eps", 1e-6)
-        sub = MultiHeadBiLSTM(
-            attn.qkv.in_features, attn.num_heads, attn.head_dim, hidden_dim=cfg.hidden_dim,
-            own_norm=cfg.own_norm, bias=cfg.lstm_bias, norm_eps=eps,
-        )
         if attn.proj.out_features != attn.qkv.in_features:
             raise ValueError(f"block {i}: attention maps {attn.qkv.in_features} -> {attn.proj.out_features} features")
+        ref = attn.qkv.weight
+        sub = MultiHeadBiLSTM(
+            attn.qkv.in_features, attn.num_heads, attn.head_dim, hidden_dim=cfg.hidden_dim,
+            own_norm=cfg.own_norm, bias=cfg.lstm_bias, norm_eps=getattr(blk.norm1, "eps", 1e-6),
+        )
         blk.attn = sub.to(device=ref.device, dtype=ref.dtype)
     return student
 

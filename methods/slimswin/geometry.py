@@ -94,8 +94,12 @@ class SwinConfig:
         patch_h, patch_w = model.patch_embed.patch_size
         if img_h != img_w or patch_h != patch_w:
             raise ValueError(f"SwinConfig supports square images and patches, got img {(img_h, img_w)}, patch {(patch_h, patch_w)}")
+        if any(getattr(b, "always_partition", False) for stage in model.layers for b in stage.blocks):
+            raise ValueError("SwinConfig does not model always_partition=True; read geometry from the model instead")
+        # requested window per stage (timm >= 1.0.20 keeps it; older: the block's, equal unless clamped)
+        ref = getattr(model, "_ref_window_sizes", None) or [stage.blocks[0].window_size for stage in model.layers]
         windows = []
-        for win_h, win_w in model._ref_window_sizes:
+        for win_h, win_w in ref:
             if win_h != win_w:
                 raise ValueError(f"SwinConfig supports square windows, got {(win_h, win_w)}")
             windows.append(win_h)

@@ -18,10 +18,12 @@ for timm Swin Transformers, in three phases per layer:
    output, which starts at the projection bias (a window without active heads outputs ``proj(0)``,
    exactly as a gated model with all its gates at 0).
 
-``strategy="auto"`` picks, for phases 1 and 3 independently, the partition with the lower estimated
-single-thread CPU time (:func:`rectangle_cost`: GEMM efficiency fitted on this project's 2-core CPU
-for the shapes of Swin-T, plus a per-kernel launch cost); short or narrow GEMMs are what keep
-pruned attention from being as fast as its MAC count.
+``strategy="auto"`` picks, for phases 1 and 3 independently, the cheapest of those two partitions
+and a greedy cover, by estimated single-thread CPU time (:func:`rectangle_cost`: GEMM efficiency
+fitted on this project's 2-core CPU, plus a per-kernel launch cost). Short or narrow GEMMs (a few
+49-token windows, one 32-channel head) are what keep pruned attention from being as fast as its
+MAC count: on Swin-T at batch 1 about 60 % of the MAC reduction becomes time at r = 0.33 and
+about 85 % at r = 0.67 (``benchmarks/slimswin_latency.py``).
 
 The result equals the gated model with the same 0/1 gates up to rounding (both gate modes compute
 the same function at 0/1) and performs exactly the MACs counted by :func:`.macs.attention_macs`.
