@@ -105,8 +105,11 @@ class Context:
     def teacher(self, arch: str):
         from workbench.pipelines.teacher import train_teacher
 
-        run = train_teacher(arch, self.profile.name, device=self.device, log=self.log)
-        self.used.append({"run": run.id, "method": "teacher", "model_name": run.config["model_name"],
+        return self.use_run(train_teacher(arch, self.profile.name, device=self.device, log=self.log))
+
+    def use_run(self, run):
+        """Record that the figure being built uses ``run`` (for index.md); returns it."""
+        self.used.append({"run": run.id, "method": run.config.get("method"), "model_name": run.config.get("model_name"),
                           "checkpoint_sha256": run.manifest.get("checkpoint_sha256"), "results": run.manifest.get("results")})
         return run
 
@@ -149,6 +152,12 @@ def run_analysis(kind: str, model: str, images: str, out: str | Path, *, checkpo
     dev = resolve_device(device)
     loaded = load_model(model, checkpoint=checkpoint, device=dev, **model_kwargs)
     batch = load_images(images, input_size=loaded.input_size, mean=loaded.mean, std=loaded.std)
+    import inspect
+
+    if "targets" in inspect.signature(extractor).parameters and "targets" not in options and (batch.labels >= 0).all():
+        import torch
+
+        options["targets"] = torch.as_tensor(batch.labels, device=dev)  # e.g. for gradient saliency of the loss
     ds = extractor(loaded.model, batch.tensor.to(dev), **options)
     if "image" not in ds:
         dims = ("sample", "img_y", "img_x") if batch.display.ndim == 3 else ("sample", "img_y", "img_x", "rgb")
