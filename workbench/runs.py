@@ -12,6 +12,8 @@ notebooks and figures find the same runs whatever the working directory.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -157,8 +159,35 @@ def ensure_run(
     """
     run_dir = runs_root() / run_id
     config_sha = hashlib.sha256(_canonical(config).encode()).hexdigest()
-    if run_dir.exists() and force:
-        shutil.rmtree(run_dir)
+    if int(os.environ.get("RANK", "0")) > 0:
+        # Under torchrun only rank 0 keeps the record; other ranks just train (fit syncs them).
+        run_dir.mkdir(parents=True, exist_ok=True)
+        body(Run(run_dir))
+        return Run(run_dir)
+    with _run_lock(run_id, log):
+        if run_dir.exists() and force:
+            shutil.rmtree(run_dir)
+        return _ensure_locked(run_id, run_dir, config, config_sha, body, log)
+
+
+@contextlib.contextmanager
+def _run_lock(run_id: str, log: Callable[[str], None]):
+    """One process at a time per run: a second one waits (e.g. a notebook and the CLI at once)."""
+    lock_dir = runs_root() / ".locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / f"{run_id}.lock", "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"run {run_id} is in use by another process; waiting for it to finish")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _ensure_locked(run_id, run_dir: Path, config: dict, config_sha: str, body, log) -> Run:
     if (run_dir / "manifest.json").exists():
         run = Run(run_dir)
         same = run.manifest.get("config_sha256") == config_sha
