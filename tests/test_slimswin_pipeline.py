@@ -1,0 +1,245 @@
+"""SlimSwin pipeline on the smoke profile: runs (end to end, resume, chaining), CLI, window_saliency, figures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import timm
+import torch
+import torch.nn.functional as F
+import xarray as xr
+
+import methods.slimswin as ss
+import methods.teachers  # noqa: F401
+from workbench.analysis.window_saliency import accuracy, as_window_grid, extract_window_saliency, layer_ratio
+from workbench.cli import main
+from workbench.models import load_model
+from workbench.pipelines.slimswin import load_history, load_masks, pruned_model, run_slimswin
+from workbench.runs import runs_root
+
+
+def quiet(*_):
+    pass
+
+
+@pytest.fixture(scope="module")
+def teacher(smoke_teacher):
+    return smoke_teacher("swin")
+
+
+@pytest.fixture(scope="module")
+def run033(teacher):
+    return run_slimswin(teacher, 0.33, "smoke", device="cpu", log=quiet)
+
+
+def _state(run):
+    from workbench.models import read_state_dict
+
+    return read_state_dict(run.checkpoint)
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def test_run_end_to_end(run033, teacher):
+    res = run033.manifest["results"]
+    assert run033.id == "slimswin-r0.33-swin-smoke" and run033.status == "complete"
+    # 16 prunable pairs, 2 per iteration (smoke): ceil(0.33 * 16) = 6 pairs in 3 iterations
+    assert (res["pruned_pairs"], res["prunable_pairs"], res["iterations"], res["ratio"]) == (6, 16, 3, 0.375)
+    history = load_history(run033)
+    steps = history["steps"]
+    pairs = [tuple(p) for s in steps for p in s["pruned"]]
+    assert [len(s["pruned"]) for s in steps] == [2, 2, 2] and len(set(pairs)) == 6  # never twice
+    masks = load_masks(run033)
+    assert {(l, w, h) for l, m in enumerate(masks) for w, h in zip(*np.nonzero(~m.numpy()))} == set(pairs)
+    assert masks[2].all() and masks[3].all()  # the last stage is never pruned
+    # every iteration pruned its least salient active pairs (saliency recorded per iteration)
+    for step in steps:
+        for (l, w, h), score in zip(step["pruned"], step["scores"]):
+            assert score == pytest.approx(step["saliency"][l][w][h])
+    # load_model rebuilds the gated model with the run's masks; pruned inference equals it
+    loaded = load_model(run033.id)
+    assert ss.is_gated(loaded.model) and all(torch.equal(a, b) for a, b in zip(ss.get_masks(loaded.model), masks))
+    x = torch.randn(3, 1, 28, 28)
+    with torch.no_grad():
+        assert (pruned_model(run033)(x) - loaded.model(x)).abs().max() <= 1e-5
+    assert res["attention_macs"] == ss.sum_macs(ss.attention_macs(loaded.model))
+    # the weights were fine-tuned (KD), the teacher's are unchanged
+    teacher_state = load_model(teacher.id).model.state_dict()
+    k = "layers.0.blocks.0.attn.qkv.weight"
+    assert not torch.equal(loaded.model.state_dict()[k], teacher_state[k])
+    assert len(run033.metrics()) == 1  # one final fine-tune epoch (smoke)
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_interrupted_run_resumes_to_the_same_result(teacher):
+    full = run_slimswin(teacher, 0.2, "smoke", device="cpu", log=quiet)  # 4 pairs: 2 iterations
+    reference, ref_history = _state(full), load_history(full)
+
+    def crash_after_first_iteration(msg):
+        if msg.startswith("iteration 0:"):
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        run_slimswin(teacher, 0.2, "smoke", device="cpu", force=True, log=crash_after_first_iteration)
+    assert full.status == "running" and not full.checkpoint.exists()
+    lines = []
+    resumed = run_slimswin(teacher, 0.2, "smoke", device="cpu", log=lines.append)
+    assert any(line.startswith("resuming after iteration 0") for line in lines)
+    assert not any(line.startswith("iteration 0:") for line in lines)  # iteration 0 was not redone
+    assert resumed.status == "complete"
+    assert [s["pruned"] for s in load_history(resumed)["steps"]] == [s["pruned"] for s in ref_history["steps"]]
+    for key, value in _state(resumed).items():
+        torch.testing.assert_close(value, reference[key], rtol=0, atol=1e-6, msg=key)
+
+
+def test_chained_run_equals_a_run_from_the_teacher(run033, teacher):
+    lines = []
+    chained = run_slimswin(teacher, 0.44, "smoke", device="cpu", start_from=run033, log=lines.append)
+    assert chained.manifest["chained_from"] == run033.id
+    assert sum(line.startswith("iteration ") for line in lines) == 1  # only the missing 4th iteration
+    chained_state, chained_steps = _state(chained), load_history(chained)["steps"]
+    assert [s["pruned"] for s in chained_steps[:3]] == [s["pruned"] for s in load_history(run033)["steps"]]
+    alone = run_slimswin(teacher, 0.44, "smoke", device="cpu", force=True, log=quiet)
+    assert "chained_from" not in alone.manifest
+    assert [s["pruned"] for s in load_history(alone)["steps"]] == [s["pruned"] for s in chained_steps]
+    for key, value in _state(alone).items():
+        torch.testing.assert_close(value, chained_state[key], rtol=0, atol=1e-6, msg=key)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_run_and_bad_inputs(run033, teacher, smoke_teacher, capsys):
+    assert main(["run", "slimswin", "--teacher", teacher.id, "--ratio", "0.33", "--profile", "smoke", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "reusing complete run slimswin-r0.33-swin-smoke" in out and "pruned 6/16" in out
+    before = sorted(p.name for p in runs_root().iterdir())
+    for ratio in ("1.5", "0", "1", "-0.2"):
+        assert main(["run", "slimswin", "--teacher", teacher.id, "--ratio", ratio, "--profile", "smoke"]) == 2
+        assert "(0, 1)" in capsys.readouterr().err
+    cnn = smoke_teacher("cnn")
+    assert main(["run", "slimswin", "--teacher", cnn.id, "--ratio", "0.33", "--profile", "smoke"]) == 2
+    assert "SwinTransformer" in capsys.readouterr().err
+    assert main(["run", "slimswin", "--teacher", "swin_demo", "--ratio", "0.33", "--profile", "smoke"]) == 2
+    assert "--checkpoint" in capsys.readouterr().err
+    assert main(["run", "slimswin", "--teacher", teacher.id, "--ratio", "0.9", "--step-pairs", "10", "--profile", "smoke"]) == 2
+    assert "smaller --step-pairs" in capsys.readouterr().err
+    assert sorted(p.name for p in runs_root().iterdir()) == before  # nothing written by the failures
+
+
+def test_cli_analyze_window_saliency(run033, tmp_path):
+    from workbench.data import load_images
+    from workbench.store import open_store
+
+    out = tmp_path / "sal.nc"
+    assert main(["analyze", "window-saliency", "--model", run033.id, "--images", "demo:val[:4]", "--out", str(out),
+                 "--device", "cpu"]) == 0
+    ds = open_store(out, load=True)
+    assert ds.attrs["run"] == run033.id and ds.attrs["method"] == "slimswin"
+    masks = load_masks(run033)
+    for l, m in enumerate(masks):
+        sel = ds["mask"].values[ds["layer"].values == l]
+        assert np.array_equal(sel, m.numpy().reshape(-1))
+    # labels were used as targets; the saliency is the core's Algorithm-1 saliency on these images
+    batch = load_images("demo:val[:4]")
+    assert np.array_equal(ds["target"].values, batch.labels) and '"targets": "given"' in ds.attrs["config"]
+    model = load_model(run033.id).model
+    core = ss.window_head_saliency(model, [(batch.tensor, torch.as_tensor(batch.labels))], F.cross_entropy)
+    np.testing.assert_allclose(ds["saliency"].values, torch.cat([c.reshape(-1) for c in core]).numpy(), rtol=1e-5, atol=1e-12)
+    assert np.all(ds["gradient"].values[:, ~ds["mask"].values] == 0)  # pruned pairs have no gradient
+
+
+# --------------------------------------------------------------------------- window_saliency extractor and helpers
+
+
+def _swin():
+    torch.manual_seed(0)
+    return timm.create_model("swin_demo").eval()
+
+
+def test_window_coords_agree_with_method_geometry():
+    model = _swin()
+    ds = extract_window_saliency(model, torch.randn(2, 1, 28, 28))
+    positions = ss.window_positions(model)
+    shifted = ds["shifted"].values.astype(bool)
+    assert shifted.any() and set(ds["layer"].values[shifted]) == {1}
+    for i in np.flatnonzero(shifted):  # every pair of the shifted layer
+        pos = positions[int(ds["layer"][i])][int(ds["window"][i])]
+        assert (int(ds["window_y"][i]), int(ds["window_x"][i])) == (pos.window_y, pos.window_x) and pos.shifted
+    assert sorted({(int(y), int(x)) for y, x in zip(ds["window_y"].values[shifted], ds["window_x"].values[shifted])}) == \
+        [(3, 3), (3, 10), (10, 3), (10, 10)]
+    for layer, assignment in enumerate(ss.token_window_assignment(model)):
+        grid = as_window_grid(ds, layer, "saliency")
+        assert np.array_equal(grid["window"].values, assignment.numpy())
+        # every token shows its own window's value
+        sel = ds["saliency"].values[ds["layer"].values == layer].reshape(-1, grid.sizes["head"])
+        np.testing.assert_array_equal(grid.values, np.moveaxis(sel[assignment.numpy()], -1, 0))
+        px = as_window_grid(ds, layer, "saliency", units="pixel")
+        step = 2 * 2 ** int(ds["stage"].values[ds["layer"].values == layer][0])
+        assert px.shape[-2:] == (14 // 2 ** int(layer >= 2) * step,) * 2
+        np.testing.assert_array_equal(px.values[:, ::step, ::step], grid.values)
+
+
+def test_extractor_saliency_matches_core_and_uses_predictions():
+    model = _swin()
+    x = torch.randn(5, 1, 28, 28)
+    ds = extract_window_saliency(model, x, batch_size=2)
+    with torch.no_grad():
+        pred = model(x).argmax(-1)
+    assert np.array_equal(ds["target"].values, pred.numpy()) and '"targets": "predictions"' in ds.attrs["config"]
+    gated = ss.add_gates(_swin())
+    for reduce in ("abs_of_mean", "abs", "signed"):
+        core = ss.window_head_saliency(gated, [(x, pred)], lambda o, t: F.cross_entropy(o, t, reduction="none"), reduce=reduce)
+        got = extract_window_saliency(model, x, reduce=reduce)["saliency"].values
+        np.testing.assert_allclose(got, torch.cat([c.reshape(-1) for c in core]).numpy(), rtol=1e-5, atol=1e-12)
+    # a gated model with masks: its masks, zero gradient on pruned pairs
+    masks = [torch.rand(g.num_windows, g.num_heads, generator=torch.Generator().manual_seed(1)) < 0.5
+             for g in ss.swin_layers(gated)]
+    ss.set_mask(gated, masks)
+    ds = extract_window_saliency(gated.eval(), x, layers=[0, 1])
+    assert np.array_equal(ds["mask"].values, torch.cat([m.reshape(-1) for m in masks[:2]]).numpy())
+    assert np.all(ds["gradient"].values[:, ~ds["mask"].values] == 0)
+    with pytest.raises(ValueError, match="pruned"):
+        extract_window_saliency(ss.to_pruned(gated), x)
+    with pytest.raises(ValueError, match="timm SwinTransformer"):
+        extract_window_saliency(timm.create_model("vit_demo").eval(), x)
+    with pytest.raises(ValueError, match="one class index per image"):
+        extract_window_saliency(model, x, targets=torch.tensor([1, 2]))
+
+
+def test_layer_ratio_and_accuracy_helpers():
+    model = _swin()
+    base = extract_window_saliency(model, torch.randn(1, 1, 28, 28))
+    pruned = base.copy()
+    off = (base["layer"].values == 0) & (base["window"].values == 1)  # 2 pairs of layer 0
+    off |= (base["layer"].values == 1) & (base["head"].values == 0)  # 4 pairs of layer 1
+    pruned["mask"] = ("pair", ~off)
+    ds = layer_ratio({0.5: pruned, 0.0: base})
+    assert ds["ratio"].values.tolist() == [0.0, 0.5]
+    np.testing.assert_allclose(ds["layer_ratio"].sel(ratio=0.5).values, [2 / 8, 4 / 8, 0, 0])
+    assert float(ds["global_ratio"].sel(ratio=0.5)) == 6 / 16 and ds["prunable"].values.tolist() == [True, True, False, False]
+    acc = accuracy({0.67: {"val_acc": 0.8, "ratio": 0.6875}, 0.33: {"val_acc": 0.9, "ratio": 0.375}}, teacher=0.95)
+    assert acc["accuracy"].values.tolist() == [0.9, 0.8] and acc["achieved_ratio"].values.tolist() == [0.375, 0.6875]
+    assert acc.attrs["teacher_accuracy"] == 0.95
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def test_slimswin_figures_render(tmp_path, run033):
+    import pandas as pd
+
+    out = tmp_path / "figs"
+    assert main(["figures", "slimswin", "--profile", "smoke", "--device", "cpu", "--out", str(out)]) == 0
+    for fid in ("fig1", "fig2", "fig3", "fig4", "fig6", "fig7"):
+        assert (out / f"slimswin.{fid}.png").exists() and (out / f"slimswin.{fid}.pdf").exists(), fid
+    table = pd.read_csv(out / "slimswin.table1.csv")
+    base = table[(table["model"] == "Swin-B @224") & (table["r"] == "unpruned")]
+    assert abs(float(base["attention MACs"].iloc[0]) / 5.24e9 - 1) < 0.001
+    assert (table["model"] == "demo Swin @28").sum() == 5
+    index = (out / "index.md").read_text()
+    assert "slimswin-r0.67-swin-smoke" in index and "window_saliency" in index

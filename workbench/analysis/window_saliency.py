@@ -1,0 +1,317 @@
+"""Window-head saliency and pruning masks of Swin Transformers (SlimSwin, papers/004), as xarray.
+
+The extractor ``window_saliency`` returns, for every (layer, window, head) *pair* of a timm Swin,
+the gradient of the loss with respect to the pair's gate (SlimSwin §IV-C: a ``W x H`` gate
+multiplying Q, K and V of every attention layer, all ones) for each image, its reduction over the
+images (the score Algorithm 1 ranks), and the pair's 0/1 mask. It works on
+
+* a teacher (a plain timm Swin): all-ones gates are installed on a copy, every mask is 1;
+* a SlimSwin run (``load_model("slimswin-r0.33-swin-demo")``, a gated Swin): its own gates and
+  masks; a pruned pair has gradient 0.
+
+Pairs are flattened to one ``pair`` dim (DESIGN.md) in (layer, window, head) order, with coords
+``stage``, ``layer``, ``window``, ``head``, ``shifted``, ``prunable`` (not in the last stage, §V-A),
+where the window sits -- ``window_y``/``window_x``: its top-left token in the *unshifted* token grid
+of the stage (:func:`methods.slimswin.window_positions`; a window of a shifted layer extends
+``window_h x window_w`` tokens from there and wraps around the grid), ``window_row``/``window_col``:
+its row/column in timm's ``window_partition`` order (the ``window_y``/``window_x`` of the
+``window_attention`` extractor), ``shift_y``/``shift_x``, ``map_h``/``map_w`` (token grid of the
+stage) and ``token_px`` (input pixels per token side).
+
+Helpers (pure xarray, no torch: plots use them):
+
+* :func:`as_window_grid` -- one layer as ``(head, y, x)`` maps over the token grid or the image;
+* :func:`layer_ratio` -- layer-wise pruning ratios for several global ratios, ``layer_ratio(ratio, layer)``;
+* :func:`accuracy` -- accuracy against the global ratio, ``accuracy(ratio)``.
+
+For the attention maps inside the windows use the ``window_attention`` extractor on the teacher.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Mapping, Sequence
+
+import numpy as np
+import xarray as xr
+
+from workbench.analysis import register
+from workbench.provenance import config_json
+
+Reduce = Literal["abs_of_mean", "abs", "signed"]
+
+__all__ = ["extract_window_saliency", "reduce_gradient", "as_window_grid", "layer_ratio", "accuracy"]
+
+
+def reduce_gradient(gradient: xr.DataArray, reduce: Reduce = "abs_of_mean") -> xr.DataArray:
+    """Per-sample gate gradients ``(sample, pair)`` -> one score per pair, as Algorithm 1 ranks them.
+
+    ``"abs_of_mean"``: ``|mean_x G|`` (default; Alg. 1 line 8 averaged, §IV-C's "magnitude");
+    ``"abs"``: ``mean_x |G|`` (Michel et al.); ``"signed"``: ``mean_x G``. See
+    :func:`methods.slimswin.window_head_saliency`.
+    """
+    if reduce == "abs_of_mean":
+        return abs(gradient.mean("sample"))
+    if reduce == "abs":
+        return abs(gradient).mean("sample")
+    if reduce == "signed":
+        return gradient.mean("sample")
+    raise ValueError(f"reduce must be 'abs_of_mean', 'abs' or 'signed', got {reduce!r}")
+
+
+def _pair_coords(model, layers: Sequence[int], masks) -> dict[str, tuple[str, np.ndarray]]:
+    from methods.slimswin import prunable_layers, swin_layers, window_positions
+
+    geos, positions = swin_layers(model), window_positions(model)
+    prunable = set(prunable_layers(model))
+    patch = model.patch_embed.patch_size[0]
+    rows: dict[str, list] = {k: [] for k in ("stage", "layer", "window", "head", "window_row", "window_col", "window_y",
+                                             "window_x", "window_h", "window_w", "shift_y", "shift_x", "shifted",
+                                             "prunable", "map_h", "map_w", "token_px", "mask")}
+    for l in layers:
+        geo, pos = geos[l], positions[l]
+        _, nx = geo.windows_hw
+        for w in range(geo.num_windows):
+            for h in range(geo.num_heads):
+                for key, value in (("stage", geo.stage), ("layer", l), ("window", w), ("head", h),
+                                   ("window_row", w // nx), ("window_col", w % nx),
+                                   ("window_y", pos[w].window_y), ("window_x", pos[w].window_x),
+                                   ("window_h", geo.window_size[0]), ("window_w", geo.window_size[1]),
+                                   ("shift_y", geo.shift_size[0]), ("shift_x", geo.shift_size[1]),
+                                   ("shifted", geo.shifted), ("prunable", l in prunable),
+                                   ("map_h", geo.resolution[0]), ("map_w", geo.resolution[1]),
+                                   ("token_px", patch * 2 ** geo.stage), ("mask", bool(masks[l][w, h]))):
+                    rows[key].append(value)
+    return {k: ("pair", np.asarray(v)) for k, v in rows.items()}
+
+
+def _select_layers(n_layers: int, layers) -> list[int]:
+    if layers is None:
+        return list(range(n_layers))
+    wanted = [layers] if isinstance(layers, (int, np.integer)) else list(layers)
+    out = []
+    for i in wanted:
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -n_layers <= i < n_layers:
+            raise ValueError(f"layer index {i!r} out of range for a Swin with {n_layers} attention layers (0..{n_layers - 1})")
+        out.append(int(i) % n_layers)
+    if not out or len(set(out)) != len(out):
+        raise ValueError(f"layers must select distinct attention layers, got {wanted}")
+    return sorted(out)
+
+
+@register("window_saliency")
+def extract_window_saliency(
+    model,
+    images,
+    *,
+    layers: int | Sequence[int] | None = None,
+    targets=None,
+    reduce: Reduce = "abs_of_mean",
+    gate_mode: Literal["qkv", "output"] = "qkv",
+    batch_size: int = 64,
+) -> xr.Dataset:
+    """Gate-gradient saliency and masks of every window-head pair of a timm Swin (SlimSwin §IV-C).
+
+    Args:
+        model: eval-mode timm ``SwinTransformer``: plain (a teacher: all-ones gates of ``gate_mode``
+            are installed on a copy) or gated (:func:`methods.slimswin.add_gates`, e.g. a SlimSwin
+            run loaded with ``load_model``: its own gates and masks). Left unchanged.
+        images: ``(B, C, H, W)`` float tensor, normalised for the model.
+        layers: attention layers (global block indices, negative allowed); ``None`` for all.
+        targets: ``(B,)`` class indices for the cross-entropy loss; ``None`` uses the model's own
+            predictions (``run_analysis`` passes the image labels when they are known).
+        reduce: how per-sample gradients become ``saliency`` (:func:`reduce_gradient`).
+        gate_mode: gate placement installed on a plain model (``"qkv"``: the paper; ``"output"``:
+            Michel et al.); a gated model keeps its own.
+        batch_size: images per forward/backward pass (memory only).
+
+    Returns:
+        Dataset with ``gradient(sample, pair)`` (``d CE(x) / d gate``, float64), ``saliency(pair)``
+        (its reduction), ``mask(pair)`` (True = pair computed), ``target(sample)`` (the class the loss
+        used) and ``predicted(sample)``; pair coords as in the module docstring; attrs ``analysis``,
+        ``config`` (incl. ``targets``: ``"given"`` or ``"predictions"``).
+
+    Raises:
+        ValueError: a model in training mode, not a timm Swin, a pruned model (no gates), bad
+            ``layers``, ``targets`` of the wrong length.
+    """
+    import copy
+
+    import torch
+    import torch.nn.functional as F
+
+    from methods.slimswin import add_gates, check_swin, gate_probes, get_masks, is_gated, swin_blocks
+
+    check_swin(model)
+    if model.training or any(m.training for m in model.modules()):
+        raise ValueError("window_saliency needs an eval-mode model (call model.eval()): dropout and drop-path "
+                         "would make the gradients random")
+    if any(hasattr(b.attn, "active") for b in swin_blocks(model)):
+        raise ValueError("this Swin is pruned (to_pruned) and has no gates; analyse the gated model instead "
+                         "(load_model(run_id).model)")
+    if not isinstance(images, torch.Tensor) or images.ndim != 4:
+        raise ValueError(f"images must be a (B, C, H, W) tensor, got {getattr(images, 'shape', type(images))}")
+    n_layers = len(swin_blocks(model))
+    selected = _select_layers(n_layers, layers)
+    gated = model if is_gated(model) else add_gates(copy.deepcopy(model), mode=gate_mode)
+    device = next(gated.parameters()).device
+    images = images.to(device)
+    with torch.no_grad():
+        predicted = torch.cat([gated(images[i: i + batch_size]).argmax(-1) for i in range(0, len(images), batch_size)])
+    if targets is None:
+        target, source = predicted, "predictions"
+    else:
+        target = torch.as_tensor(targets, device=device).long()
+        if target.shape != (len(images),):
+            raise ValueError(f"targets must be one class index per image, shape ({len(images)},), got {tuple(target.shape)}")
+        source = "given"
+    grads = []
+    for i in range(0, len(images), batch_size):
+        x, t = images[i: i + batch_size], target[i: i + batch_size]
+        with gate_probes(gated, x.shape[0]) as probes:
+            loss = F.cross_entropy(gated(x), t, reduction="sum")  # sum_b loss_b: d/d probe[b] = G[b]
+            g = torch.autograd.grad(loss, [probes[l] for l in selected])  # each (b, W, H)
+        grads.append(torch.cat([gl.detach().reshape(x.shape[0], -1) for gl in g], dim=1).double().cpu())  # (b, pairs)
+    gradient = torch.cat(grads).numpy()  # (B, pairs) in (layer, window, head) order
+    coords = _pair_coords(gated, selected, get_masks(gated))
+    mask = coords.pop("mask")
+    ds = xr.Dataset(
+        {"gradient": (("sample", "pair"), gradient), "mask": mask,
+         "target": ("sample", target.cpu().numpy()), "predicted": ("sample", predicted.cpu().numpy())},
+        coords={"sample": np.arange(len(images)), "pair": np.arange(gradient.shape[1]), **coords},
+    )
+    ds["saliency"] = reduce_gradient(ds["gradient"], reduce)
+    ds["gradient"].attrs.update(long_name="gate gradient d CE / d g", units="loss per unit gate")
+    ds["saliency"].attrs.update(long_name=f"window-head saliency ({reduce})", units="loss per unit gate")
+    ds["mask"].attrs.update(long_name="pair computed (1) or pruned (0)")
+    config = config_json(layers=None if layers is None else selected, reduce=reduce, targets=source,
+                         gate_mode=_gate_mode(gated), loss="cross_entropy")
+    return ds.assign_attrs(analysis="window_saliency", config=config)
+
+
+def _gate_mode(model) -> str:
+    """Gate mode of a gated Swin (``"qkv"`` or ``"output"``)."""
+    from methods.slimswin import gated_modules
+
+    return gated_modules(model)[0].mode
+
+
+# --------------------------------------------------------------------------------------------
+# Views (no torch)
+# --------------------------------------------------------------------------------------------
+
+
+def _layer_pairs(da: xr.DataArray, layer: int) -> xr.DataArray:
+    labels = da["layer"].values
+    if layer not in set(labels.tolist()):
+        raise ValueError(f"layer {layer} not in the Dataset (layers: {sorted(set(labels.tolist()))})")
+    return da.isel(pair=np.flatnonzero(labels == layer))
+
+
+def as_window_grid(ds: xr.Dataset | xr.DataArray, layer: int, var: str = "saliency",
+                   units: Literal["token", "pixel"] = "token") -> xr.DataArray:
+    """One layer's per-pair values painted over its token grid: every token gets its window's value.
+
+    Args:
+        ds: a ``window_saliency`` Dataset (or one of its pair DataArrays with the pair coords).
+        layer: layer label.
+        var: pair variable to paint (``saliency``, ``mask``, ``gradient``...).
+        units: ``"token"`` (y, x = token row/column of the stage grid) or ``"pixel"`` (every token
+            repeated ``token_px`` times: y, x = input pixel, to overlay the image).
+
+    Returns:
+        ``(head, y, x)`` (``(sample, head, y, x)`` for ``gradient``) float maps, NaN for heads a
+        window does not have, with coord ``window(y, x)`` (the window of each position) and attrs
+        ``layer``, ``shifted``, ``units`` plus the variable's own.
+    """
+    if units not in ("token", "pixel"):
+        raise ValueError(f"units must be 'token' or 'pixel', got {units!r}")
+    da = ds[var] if isinstance(ds, xr.Dataset) else ds
+    part = _layer_pairs(da, layer)
+    first = part.isel(pair=0)
+    h, w = int(first["map_h"]), int(first["map_w"])
+    wh, ww = int(first["window_h"]), int(first["window_w"])
+    sy, sx = int(first["shift_y"]), int(first["shift_x"])
+    win, head = part["window"].values, part["head"].values
+    nx = int(part["window_col"].max()) + 1
+    # token (y, x) sits at ((y - sy) % H, (x - sx) % W) after timm's roll (then padding), hence in
+    # window row ((y - sy) % H) // wh and column ((x - sx) % W) // ww
+    rows = ((np.arange(h) - sy) % h) // wh
+    cols = ((np.arange(w) - sx) % w) // ww
+    window = rows[:, None] * nx + cols[None, :]  # (H, W)
+    lead = part.dims[:-1] if part.dims[-1] == "pair" else None
+    if lead is None:
+        raise ValueError(f"{var} must have 'pair' as its last dim, got {part.dims}")
+    heads = np.unique(head)
+    table = np.full((*part.shape[:-1], len(heads), int(win.max()) + 1), np.nan)  # (..., head, window)
+    table[..., np.searchsorted(heads, head), win] = part.values
+    values = table[..., window]  # (..., head, H, W)
+    if units == "pixel":
+        px = int(first["token_px"])
+        values = values.repeat(px, axis=-2).repeat(px, axis=-1)
+        window = window.repeat(px, axis=0).repeat(px, axis=1)
+    coords = {d: part[d].values for d in lead if d in part.coords}
+    coords.update(head=heads, y=np.arange(values.shape[-2]), x=np.arange(values.shape[-1]), window=(("y", "x"), window))
+    out = xr.DataArray(values, dims=(*lead, "head", "y", "x"), coords=coords, name=da.name)
+    return out.assign_attrs(da.attrs, layer=int(layer), shifted=bool(first["shifted"]), units=units)
+
+
+def layer_ratio(masks: Mapping[float, xr.Dataset | xr.DataArray]) -> xr.Dataset:
+    """Layer-wise pruning ratios for several global ratios (the paper's Figs. 6 and 7).
+
+    Args:
+        masks: global ratio r -> a ``window_saliency`` Dataset (or its ``mask`` DataArray) of the
+            model pruned at r. All must cover the same pairs.
+
+    Returns:
+        Dataset with ``layer_ratio(ratio, layer)`` (pruned share of the layer's pairs),
+        ``pruned_pairs(ratio, layer)``, ``global_ratio(ratio)`` (pruned share of all prunable pairs),
+        coords ``ratio`` (the requested r), ``stage(layer)``, ``prunable(layer)``, ``num_pairs(layer)``.
+    """
+    if not masks:
+        raise ValueError("layer_ratio needs at least one ratio")
+    ratios = sorted(masks)
+    arrays = [masks[r]["mask"] if isinstance(masks[r], xr.Dataset) else masks[r] for r in ratios]
+    ref = arrays[0]
+    layer_of, stage_of, prunable = ref["layer"].values, ref["stage"].values, ref["prunable"].values.astype(bool)
+    layers = np.unique(layer_of)
+    for r, m in zip(ratios, arrays):
+        if not np.array_equal(m["layer"].values, layer_of):
+            raise ValueError(f"the masks for ratio {r} cover other pairs than those for ratio {ratios[0]}")
+    off = np.stack([~m.values.astype(bool) for m in arrays])  # (ratio, pair) True = pruned
+    pruned = np.stack([off[:, layer_of == l].sum(1) for l in layers], axis=1)  # (ratio, layer)
+    num_pairs = np.array([(layer_of == l).sum() for l in layers])
+    glob = off[:, prunable].sum(1) / max(1, prunable.sum())
+    ds = xr.Dataset(
+        {"layer_ratio": (("ratio", "layer"), pruned / num_pairs[None, :]),
+         "pruned_pairs": (("ratio", "layer"), pruned), "global_ratio": ("ratio", glob)},
+        coords={"ratio": ratios, "layer": layers,
+                "stage": ("layer", [int(stage_of[layer_of == l][0]) for l in layers]),
+                "prunable": ("layer", [bool(prunable[layer_of == l][0]) for l in layers]),
+                "num_pairs": ("layer", num_pairs)},
+    )
+    ds["layer_ratio"].attrs.update(long_name="pruned share of the layer's window-head pairs", units="1")
+    ds["global_ratio"].attrs.update(long_name="pruned share of all prunable pairs", units="1")
+    return ds
+
+
+def accuracy(results: Mapping[float, Mapping[str, float]], teacher: float | None = None) -> xr.Dataset:
+    """Accuracy against the global pruning ratio.
+
+    Args:
+        results: requested ratio r -> ``{"val_acc", "ratio" (achieved), optionally
+            "val_acc_before_final", "mac_reduction"}`` (a SlimSwin run's manifest ``results``).
+        teacher: the unpruned teacher's accuracy (attr ``teacher_accuracy``).
+
+    Returns:
+        Dataset with ``accuracy(ratio)`` and, when given, ``accuracy_before_final(ratio)``,
+        ``achieved_ratio(ratio)``, ``mac_reduction(ratio)``.
+    """
+    ratios = sorted(results)
+    data = {"accuracy": ("ratio", [float(results[r]["val_acc"]) for r in ratios])}
+    for name, key in (("accuracy_before_final", "val_acc_before_final"), ("achieved_ratio", "ratio"),
+                      ("mac_reduction", "mac_reduction")):
+        if all(key in results[r] for r in ratios):
+            data[name] = ("ratio", [float(results[r][key]) for r in ratios])
+    ds = xr.Dataset(data, coords={"ratio": ratios})
+    ds["accuracy"].attrs.update(long_name="held-out top-1 accuracy", units="1")
+    return ds.assign_attrs(teacher_accuracy=float("nan") if teacher is None else float(teacher))

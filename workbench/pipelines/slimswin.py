@@ -1,0 +1,529 @@
+"""SlimSwin end to end: prune a trained Swin teacher's window-head pairs to a global ratio, as a run.
+
+Algorithm 1 of Eryilmaz & Akturk ("SlimSwin: Gradient-Based Window-Level Head Pruning", papers/004)
+on top of :mod:`methods.slimswin`:
+
+1. gate every attention layer of a copy of the teacher (``add_gates``, all ones);
+2. per iteration: gate-gradient saliency on a freshly sampled subset ``d-hat``
+   (``saliency_samples`` training images, cross-entropy on their labels), prune exactly
+   ``step_pairs`` pairs over all layers but the last stage, fine-tune one epoch on a sampled
+   subset ``D-hat`` (``finetune_fraction`` of the training set) with the distillation loss of §V-B
+   (alpha = 0.7, T = 2, the unpruned teacher), constant learning rate;
+3. once the ratio ``r`` is reached, a final fine-tune on the full training set (cosine, 10 %
+   warm-up from ``min_lr``).
+
+A run (:func:`run_slimswin`, id ``slimswin-r0.33-swin-demo``) stores ``model.safetensors`` (the
+gated model, masks included as ``gate_mask`` buffers, so ``load_model(run_id)`` rebuilds it),
+``masks.safetensors`` (one 0/1 ``(num_windows, num_heads)`` tensor per layer, for
+:func:`methods.slimswin.to_pruned`) and ``history.json`` (per iteration: pruned pairs, their scores,
+the saliency of every pair, held-out accuracy). It resumes after an interruption from the last
+finished iteration (``prune/``) or final fine-tune epoch (``final/``).
+
+**Chaining.** Algorithm 1 is iterative and every iteration draws its subsets from seeds fixed by
+the iteration number, so the first iterations towards r = 0.44 are exactly the iterations towards
+r = 0.33. :func:`run_sweep` therefore starts each ratio's run from the iterative state of the next
+smaller ratio (weights and masks *before* that run's final fine-tune) and only adds the missing
+iterations; the result equals a run started from the teacher (checked by the tests), at a fraction
+of the cost. The manifest records ``chained_from``.
+
+Budgets per profile are in :data:`RECIPES` (``demo``, ``smoke``, ``paper``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset, Subset
+
+from methods.slimswin import (SlimSwinConfig, add_gates, attention_macs, check_swin, get_masks, kd_loss,
+                              prunable_layers, prune, set_mask, sum_macs, swin_layers, window_head_saliency)
+from methods.train import TrainConfig, atomic_save_safetensors, evaluate, fit, resolve_device
+from workbench.models import create_model, load_model, read_state_dict, register_builder
+from workbench.runs import Run, RunError, atomic_write_text, ensure_run, open_run, runs_root
+
+__all__ = ["SlimSwinRecipe", "RECIPES", "get_recipe", "run_slimswin", "run_sweep", "run_id", "load_masks",
+           "load_history", "pruned_model"]
+
+
+@dataclass(frozen=True)
+class SlimSwinRecipe:
+    """Budgets of one profile: the method's hyper-parameters plus what the pipeline adds."""
+
+    method: SlimSwinConfig  # SlimSwin hyper-parameters (its target_ratio is replaced per run)
+    batch_size: int = 64  # training batch size of every fine-tune (paper: not stated)
+    saliency_batch: int = 128  # images per saliency forward/backward (memory only; result unchanged)
+    ratios: tuple[float, ...] = (0.33, 0.44, 0.55, 0.67)  # global ratios of the sweep behind the figures (paper §VI)
+    seed: int = 0  # seeds the per-iteration subsets and the fine-tunes
+    saliency_images: str = "demo:val[:256]"  # image spec of the saliency-before-pruning figure (fig3)
+    progress: bool = True  # progress bar during the final fine-tune
+
+
+#: profile -> recipe. ``paper`` is §V-B: AdamW 5e-5, wd 1e-4, KD alpha 0.7 / T 2, 15 final epochs with
+#: a cosine schedule and 10 % warm-up from 1e-6; pairs per iteration, subset sizes and batch size are
+#: not stated in the paper (ours: SlimSwinConfig defaults, batch 128).
+RECIPES: dict[str, SlimSwinRecipe] = {
+    # demo Swin: 16 prunable pairs (stage 0: 2 layers x 4 windows x 2 heads), one pair per iteration;
+    # 256 saliency images, 1000-image fine-tune per iteration, 2 final epochs on the 4000 training
+    # images. lr 10x the paper's: the demo teacher is not a converged ImageNet model and each
+    # iteration has only 16 updates.
+    "demo": SlimSwinRecipe(
+        SlimSwinConfig(step_pairs=1, saliency_samples=256, finetune_fraction=0.25, final_epochs=2, lr=5e-4),
+        batch_size=64, saliency_images="demo:val[:256]",
+    ),
+    "smoke": SlimSwinRecipe(
+        SlimSwinConfig(step_pairs=2, saliency_samples=32, finetune_fraction=0.25, final_epochs=1, lr=5e-4),
+        batch_size=64, saliency_images="demo:val[:16]", progress=False,
+    ),
+    "paper": SlimSwinRecipe(SlimSwinConfig(), batch_size=128, saliency_images="skimage:astronaut,chelsea,coffee"),
+}
+
+
+def get_recipe(profile: str) -> SlimSwinRecipe:
+    """The SlimSwin budgets of ``profile``; raises ``ValueError`` for an unknown one."""
+    if profile not in RECIPES:
+        raise ValueError(f"unknown profile {profile!r} for slimswin; choose from {', '.join(RECIPES)}")
+    return RECIPES[profile]
+
+
+# --------------------------------------------------------------------------------------------
+# Teacher and run ids
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Teacher:
+    ref: str  # run id or timm name as given
+    tag: str  # short name used in run ids ("swin-demo", "swin_tiny_patch4_window7_224")
+    model_name: str  # timm architecture
+    model_kwargs: dict = field(default_factory=dict)  # timm.create_model kwargs of the architecture
+    checkpoint: str | None = None  # weights file (None for a run: its own checkpoint)
+    sha256: str | None = None  # hash of the teacher weights
+
+
+def _resolve_teacher(teacher: str | Run | None, profile: str, checkpoint: str | None, device: str,
+                     log: Callable[[str], None]) -> _Teacher:
+    """Identify the teacher without loading it: a run (trained or reused) or a timm name + checkpoint."""
+    if teacher is None:
+        if profile == "paper":
+            raise ValueError("the paper profile needs --teacher: a Swin run id, or a timm Swin name with --checkpoint")
+        from workbench.pipelines.teacher import train_teacher
+
+        teacher = train_teacher("swin", profile, device=device, log=log)
+    if isinstance(teacher, Run):
+        teacher = str(teacher.dir)
+    is_run = (runs_root() / str(teacher) / "manifest.json").exists() or (
+        Path(str(teacher)).expanduser() / "manifest.json").exists()
+    if is_run:
+        if checkpoint is not None:
+            raise ValueError(f"teacher {teacher!r} is a run with its own checkpoint; drop --checkpoint")
+        run = open_run(teacher)
+        if run.status != "complete":
+            raise RunError(f"teacher run {run.id!r} is not complete (status {run.status!r}); finish it first")
+        tag = run.id[len("teacher-"):] if run.id.startswith("teacher-") else run.id
+        return _Teacher(run.id, tag, run.config["model_name"], dict(run.config.get("model_kwargs", {})), None,
+                        run.manifest.get("checkpoint_sha256"))
+    if checkpoint is None:
+        raise ValueError(f"teacher {teacher!r} is not a run; pass a trained Swin run id (e.g. teacher-swin-demo) "
+                         "or a timm Swin name with --checkpoint WEIGHTS (pruning random weights measures nothing)")
+    from workbench.runs import sha256_file
+
+    create_model(teacher)  # validates the name (clear error for unknown architectures)
+    path = Path(checkpoint).expanduser()
+    if not path.is_file():
+        raise ValueError(f"teacher checkpoint {str(path)!r} does not exist")
+    return _Teacher(teacher, teacher, teacher, {}, str(path), sha256_file(path))
+
+
+def run_id(teacher_tag: str, ratio: float, cfg: SlimSwinConfig, default: SlimSwinConfig) -> str:
+    """``slimswin-r0.33-swin-demo``, with ``-i2`` / ``-abs`` / ``-output`` for non-default options."""
+    parts = [f"slimswin-r{ratio:.2f}-{teacher_tag}"]
+    if cfg.step_pairs != default.step_pairs:
+        parts.append(f"i{cfg.step_pairs}")
+    if cfg.reduce != default.reduce:
+        parts.append(cfg.reduce.replace("_", ""))
+    if cfg.gate_mode != default.gate_mode:
+        parts.append(cfg.gate_mode)
+    return "-".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# Builder, masks, history
+# --------------------------------------------------------------------------------------------
+
+
+@register_builder("slimswin")
+def _build_slimswin(run: Run) -> nn.Module:
+    """The gated Swin of a SlimSwin run (weights and masks are loaded by ``load_model``)."""
+    model = create_model(run.config["model_name"], **run.config.get("model_kwargs", {}))
+    return add_gates(model, mode=run.config["slimswin"]["gate_mode"])
+
+
+def load_masks(run: str | Run) -> list[torch.Tensor]:
+    """The run's 0/1 masks, one bool ``(num_windows, num_heads)`` tensor per layer (True = kept)."""
+    run = run if isinstance(run, Run) else open_run(run)
+    state = read_state_dict(run.dir / "masks.safetensors")
+    return [state[f"layer{l}"].bool() for l in range(len(state))]
+
+
+def load_history(run: str | Run) -> dict:
+    """The run's ``history.json``: per-iteration pruned pairs, scores, saliency, accuracy."""
+    run = run if isinstance(run, Run) else open_run(run)
+    return json.loads((run.dir / "history.json").read_text())
+
+
+def pruned_model(run: str | Run, device: str = "cpu") -> nn.Module:
+    """The run's model converted for inference that skips pruned pairs (:func:`methods.slimswin.to_pruned`)."""
+    from methods.slimswin import to_pruned
+
+    ref = run.id if isinstance(run, Run) else run
+    return to_pruned(load_model(str(ref), device=device).model)
+
+
+# --------------------------------------------------------------------------------------------
+# The run body
+# --------------------------------------------------------------------------------------------
+
+
+class _IndexedSubset(Subset):
+    """A ``Subset`` that keeps the parent's batch ``collate_fn`` (the demo set's augmentation)."""
+
+    @property
+    def collate_fn(self):
+        return getattr(self.dataset, "collate_fn", None)
+
+
+def _sample(n_total: int, n: int, seed: int) -> list[int]:
+    return torch.randperm(n_total, generator=torch.Generator().manual_seed(seed))[: min(n, n_total)].sort().values.tolist()
+
+
+def _kd_loss_fn(teacher: nn.Module, cfg: SlimSwinConfig):
+    def loss_fn(model, images, targets):
+        logits = model(images)
+        with torch.no_grad():
+            t_logits = teacher(images)
+        loss = kd_loss(logits, t_logits, targets, alpha=cfg.kd_alpha, T=cfg.kd_temperature)
+        return loss, {"kd": loss.item()}
+
+    return loss_fn
+
+
+def _state_metadata(steps: list[dict]) -> dict[str, str]:
+    return {"steps": json.dumps(steps)}
+
+
+def _save_state(path, model: nn.Module, steps: list[dict]) -> None:
+    """Weights (masks included) and the iteration records in one atomic file."""
+    atomic_save_safetensors(model.state_dict(), path, metadata=_state_metadata(steps))
+
+
+def _load_state(path, model: nn.Module) -> list[dict]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        steps = json.loads(f.metadata()["steps"])
+    model.load_state_dict(read_state_dict(path))
+    return steps
+
+
+def _step_record(step, saliency: list[torch.Tensor], metrics: dict, iteration: int) -> dict:
+    return {"iteration": iteration, "pruned": step.pruned.tolist(), "scores": step.scores.tolist(),
+            "num_pruned": step.num_pruned, "ratio": step.ratio,
+            "saliency": [s.tolist() for s in saliency],
+            "val_acc": metrics.get("val_acc"), "val_loss": metrics.get("val_loss"),
+            "train_loss": metrics.get("train_loss")}
+
+
+def _body(run: Run, teacher: _Teacher, cfg: SlimSwinConfig, recipe: SlimSwinRecipe, profile: str, data: str | None,
+          device: str, start_from: Run | None, log: Callable[[str], None]) -> dict:
+    from workbench.pipelines.teacher import datasets
+
+    dev = resolve_device(device)
+    ref_model = load_model(teacher.ref, checkpoint=teacher.checkpoint, device=dev).model  # the unpruned teacher
+    check_swin(ref_model)
+    for p in ref_model.parameters():
+        p.requires_grad_(False)
+    model = add_gates(create_model(teacher.model_name, **teacher.model_kwargs), mode=cfg.gate_mode)
+    keys = model.load_state_dict(ref_model.state_dict(), strict=False)  # the gates stay all-ones
+    if keys.unexpected_keys or any(not k.endswith((".gate", ".gate_mask")) for k in keys.missing_keys):
+        raise RunError(f"teacher {teacher.ref!r} does not fit {teacher.model_name}: {keys}")
+    model.to(dev)
+    pc = ref_model.pretrained_cfg
+    size, mean, std = tuple(pc["input_size"]), pc.get("mean"), pc.get("std")
+    train_set, val_set = datasets(profile, data, size, mean, std)
+    plain_train = _saliency_set(train_set, data, size, mean, std)
+    val_loader = DataLoader(val_set, batch_size=256)
+    layers = prunable_layers(model, cfg.exclude)
+    total = sum(swin_layers(model)[l].num_pairs for l in layers)
+
+    # --- iterative phase (Algorithm 1, lines 2-19), resumable after every iteration
+    state_path = run.phase_dir("prune") / "state.safetensors"
+    steps: list[dict] = []
+    if not state_path.exists() and start_from is not None:
+        parent_state = start_from.dir / "prune" / "state.safetensors"
+        log(f"continuing Algorithm 1 from {start_from.id} ({parent_state})")
+        _save_state(state_path, model.to("cpu"), _load_state(parent_state, model))
+        run.update_manifest(chained_from=start_from.id)
+    if state_path.exists():
+        steps = _load_state(state_path, model)
+        model.to(dev)
+        if steps:
+            log(f"resuming after iteration {steps[-1]['iteration']} ({steps[-1]['num_pruned']}/{total} pairs pruned)")
+    offset = len(steps)
+    n_sal = cfg.saliency_samples
+    n_ft = max(recipe.batch_size, round(cfg.finetune_fraction * len(train_set)))
+    iter_cfg = TrainConfig(epochs=cfg.iteration_epochs, batch_size=recipe.batch_size, lr=cfg.lr,
+                           weight_decay=cfg.weight_decay, sched="constant", warmup_epochs=0, device=str(dev),
+                           progress=False)
+    last_saliency: list[list[torch.Tensor]] = []
+    last_metrics: list[dict] = []
+
+    def saliency_fn(m: nn.Module, it: int) -> list[torch.Tensor]:
+        idx = _sample(len(plain_train), n_sal, recipe.seed * 100_003 + 2 * (offset + it))  # d-hat
+        loader = DataLoader(_IndexedSubset(plain_train, idx), batch_size=recipe.saliency_batch)
+        batches = ((x.to(dev), y.to(dev)) for x, y in loader)
+        sal = window_head_saliency(m, batches, F.cross_entropy, reduce=cfg.reduce)
+        last_saliency[:] = [sal]
+        return sal
+
+    def finetune_fn(m: nn.Module, it: int) -> None:
+        idx = _sample(len(train_set), n_ft, recipe.seed * 100_003 + 2 * (offset + it) + 1)  # D-hat
+        hist = fit(m, _IndexedSubset(train_set, idx), val_set, replace(iter_cfg, seed=recipe.seed * 1000 + offset + it),
+                   loss_fn=_kd_loss_fn(ref_model, cfg))
+        last_metrics[:] = [hist[-1]]
+
+    def on_step(step, m: nn.Module) -> None:
+        rec = _step_record(step, last_saliency[0], last_metrics[0] if last_metrics else {}, offset + step.iteration)
+        steps.append(rec)
+        _save_state(state_path, m, steps)
+        log(f"iteration {rec['iteration']}: pruned {rec['pruned']} -> {rec['num_pruned']}/{total} pairs "
+            f"(ratio {rec['ratio']:.3f}), held-out top-1 {rec['val_acc']:.4f}")
+
+    t0 = time.perf_counter()
+    prune(model, cfg.target_ratio, cfg.step_pairs, saliency_fn=saliency_fn, finetune_fn=finetune_fn,
+          exclude=cfg.exclude, on_step=on_step)
+    before = evaluate(model, val_loader, dev)
+    teacher_metrics = evaluate(ref_model, val_loader, dev)
+    iter_time = time.perf_counter() - t0
+
+    # --- final fine-tune on the full training set (Algorithm 1, line 20), resumable per epoch
+    final_cfg = TrainConfig(epochs=cfg.final_epochs, batch_size=recipe.batch_size, lr=cfg.lr,
+                            weight_decay=cfg.weight_decay, sched="cosine",
+                            warmup_epochs=cfg.warmup_fraction * cfg.final_epochs, warmup_lr=cfg.min_lr,
+                            min_lr=cfg.min_lr, seed=recipe.seed, device=str(dev), progress=recipe.progress)
+    t1 = time.perf_counter()
+    final_hist = fit(model, train_set, val_set, final_cfg, loss_fn=_kd_loss_fn(ref_model, cfg),
+                     ckpt_dir=run.phase_dir("final"), on_epoch_end=run.log_epoch) if cfg.final_epochs > 0 else []
+    after = evaluate(model, val_loader, dev)
+    masks = get_masks(model)
+
+    # --- outputs: weights (with masks), masks, history
+    atomic_save_safetensors({f"layer{l}": m.to(torch.uint8) for l, m in enumerate(masks)}, run.dir / "masks.safetensors")
+    macs, dense = attention_macs(model), attention_macs(model, [torch.ones_like(m) for m in masks])
+    history = {"prunable_layers": layers, "total_pairs": total, "step_pairs": cfg.step_pairs,
+               "target_ratio": cfg.target_ratio, "steps": steps, "final": final_hist}
+    atomic_write_text(run.dir / "history.json", json.dumps(history))
+    atomic_save_safetensors(model.state_dict(), run.checkpoint)
+    geo = swin_layers(model)
+    return {
+        "val_acc": after["val_acc"], "val_loss": after["val_loss"],
+        "val_acc_before_final": before["val_acc"], "teacher_val_acc": teacher_metrics["val_acc"],
+        "target_ratio": cfg.target_ratio, "ratio": steps[-1]["ratio"] if steps else 0.0,
+        "pruned_pairs": steps[-1]["num_pruned"] if steps else 0, "prunable_pairs": total, "iterations": len(steps),
+        "layer_ratio": {str(g.layer): float((~masks[g.layer]).sum()) / g.num_pairs for g in geo},
+        "attention_macs": sum_macs(macs), "attention_macs_unpruned": sum_macs(dense),
+        "mac_reduction": 1.0 - sum_macs(macs) / sum_macs(dense),
+        "iterative_time_s": iter_time, "final_time_s": time.perf_counter() - t1,
+        "train_images": len(train_set), "val_images": len(val_set),
+    }
+
+
+def _saliency_set(train_set: Dataset, data: str | None, input_size, mean, std) -> Dataset:
+    """The training images without augmentation: saliency is measured on the images themselves."""
+    from workbench.data import DemoDataset, image_folder
+
+    if data is not None:
+        return image_folder(Path(data).expanduser() / "train", is_training=False, input_size=input_size, mean=mean, std=std)
+    if isinstance(train_set, DemoDataset):
+        plain = DemoDataset.__new__(DemoDataset)
+        plain.__dict__.update(train_set.__dict__)
+        plain.train_transform = False
+        return plain
+    return train_set
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points
+# --------------------------------------------------------------------------------------------
+
+
+def _config(teacher: _Teacher, cfg: SlimSwinConfig, recipe: SlimSwinRecipe, profile: str, data: str | None) -> dict:
+    return {"method": "slimswin", "model_name": teacher.model_name, "model_kwargs": teacher.model_kwargs,
+            "profile": profile, "data": data or "demo",
+            "teacher": {"ref": teacher.ref, "checkpoint_sha256": teacher.sha256},
+            "slimswin": asdict(cfg),
+            "recipe": {"batch_size": recipe.batch_size, "seed": recipe.seed}}
+
+
+def _compatible_parent(parent: Run | None, config: dict, cfg: SlimSwinConfig, arch: nn.Module) -> Run | None:
+    """``parent`` if its iterations are a prefix of this run's (same everything but a smaller ratio)."""
+    if parent is None or parent.status != "complete" or not (parent.dir / "prune" / "state.safetensors").exists():
+        return None
+    theirs = dict(parent.config)
+    mine = json.loads(json.dumps(config, default=str))
+    their_ratio = theirs.get("slimswin", {}).pop("target_ratio", None)
+    mine["slimswin"].pop("target_ratio")
+    if theirs != mine or their_ratio is None:
+        return None
+    done = int(parent.manifest.get("results", {}).get("pruned_pairs", 0))
+    return parent if done <= _pairs_to_prune(cfg, arch) else None
+
+
+def _pairs_to_prune(cfg: SlimSwinConfig, arch: nn.Module) -> int:
+    """Pairs a run will have pruned: the first multiple of step_pairs reaching the ratio.
+
+    Raises:
+        ValueError: that is more than the prunable pairs (``step_pairs`` too large for the ratio).
+    """
+    total = sum(swin_layers(arch)[l].num_pairs for l in prunable_layers(arch, cfg.exclude))
+    pairs = math.ceil(math.ceil(cfg.target_ratio * total - 1e-9) / cfg.step_pairs) * cfg.step_pairs
+    if pairs > total:
+        raise ValueError(f"--step-pairs {cfg.step_pairs} overshoots: reaching ratio {cfg.target_ratio} would prune "
+                         f"{pairs} pairs, more than the {total} prunable ones; use a smaller --step-pairs")
+    return pairs
+
+
+def run_slimswin(
+    teacher: str | Run | None,
+    ratio: float,
+    profile: str = "demo",
+    *,
+    step_pairs: int | None = None,
+    reduce: str | None = None,
+    gate_mode: str | None = None,
+    checkpoint: str | None = None,
+    data: str | None = None,
+    start_from: str | Run | None = None,
+    force: bool = False,
+    device: str = "auto",
+    log: Callable[[str], None] = print,
+) -> Run:
+    """Prune ``teacher`` to the global ratio ``ratio`` with SlimSwin (reusing or resuming the run).
+
+    Args:
+        teacher: a complete Swin run (id, directory or :class:`Run`), a timm Swin name (with
+            ``checkpoint``), or None for the profile's demo Swin teacher (trained if missing).
+        ratio: global pruning ratio r in (0, 1) of the prunable window-head pairs.
+        profile: ``demo``, ``smoke`` or ``paper`` (:data:`RECIPES`).
+        step_pairs: pairs pruned per iteration ``i`` (default: the profile's).
+        reduce: saliency reduction over samples (``abs_of_mean`` default, ``abs``, ``signed``).
+        gate_mode: ``qkv`` (paper) or ``output`` (Michel et al.).
+        checkpoint: teacher weights when ``teacher`` is a timm name.
+        data: ImageFolder root with ``train/`` and ``val/`` (required by ``paper``).
+        start_from: a complete SlimSwin run of the same teacher and settings at a smaller ratio to
+            continue Algorithm 1 from (see the module docstring); ignored if incompatible.
+        force: delete an existing run of this id and start afresh.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        log: where progress lines go.
+
+    Returns:
+        The complete run.
+
+    Raises:
+        ValueError: ratio outside (0, 1), a non-Swin teacher, bad options (before anything is written).
+        RunError: the run exists with a different config (pass ``force=True``).
+    """
+    recipe = get_recipe(profile)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 < float(ratio) < 1.0:
+        raise ValueError(f"--ratio must be in the open interval (0, 1), got {ratio}")
+    changes = {k: v for k, v in dict(target_ratio=float(ratio), step_pairs=step_pairs, reduce=reduce,
+                                     gate_mode=gate_mode).items() if v is not None}
+    cfg = replace(recipe.method, **changes)
+    if cfg.reduce not in ("abs_of_mean", "abs", "signed"):
+        raise ValueError(f"--reduce must be abs_of_mean, abs or signed, got {cfg.reduce!r}")
+    if cfg.gate_mode not in ("qkv", "output"):
+        raise ValueError(f"gate mode must be qkv or output, got {cfg.gate_mode!r}")
+    if profile == "paper" and data is None:
+        raise ValueError("the paper profile prunes on your data: pass --data PATH (an ImageFolder with train/ and val/)")
+    resolve_device(device)
+    t = _resolve_teacher(teacher, profile, checkpoint, device, log)
+    arch = check_swin(create_model(t.model_name, **t.model_kwargs))  # a clear error for ViTs, CNNs, ...
+    if not prunable_layers(arch, cfg.exclude):
+        raise ValueError(f"{t.model_name} has no prunable layers (exclude={cfg.exclude!r})")
+    _pairs_to_prune(cfg, arch)  # step_pairs must fit in the prunable pairs (raises otherwise)
+    config = _config(t, cfg, recipe, profile, data)
+    rid = run_id(t.tag, float(ratio), cfg, recipe.method)
+    parent = None
+    if start_from is not None:
+        parent = _compatible_parent(start_from if isinstance(start_from, Run) else open_run(start_from), config, cfg, arch)
+    return ensure_run(rid, config, lambda run: _body(run, t, cfg, recipe, profile, data, device, parent, log),
+                      force=force, log=log)
+
+
+def run_sweep(teacher: str | Run | None = None, profile: str = "demo", ratios: Sequence[float] | None = None, *,
+              device: str = "auto", log: Callable[[str], None] = print, **options) -> list[Run]:
+    """One run per ratio (default: the profile's), ascending, each continuing the previous one's iterations.
+
+    Returns:
+        The runs in ascending ratio order.
+    """
+    ratios = sorted(get_recipe(profile).ratios if ratios is None else ratios)
+    runs: list[Run] = []
+    for r in ratios:
+        runs.append(run_slimswin(teacher, r, profile, start_from=runs[-1] if runs else None, device=device, log=log,
+                                 **options))
+    return runs
+
+
+# --------------------------------------------------------------------------------------------
+# CLI: workbench run slimswin
+# --------------------------------------------------------------------------------------------
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "SlimSwin: prune window-head pairs of a Swin teacher to a global ratio (Algorithm 1)."
+    p.epilog = ("examples:\n  workbench run slimswin --ratio 0.33\n"
+                "  workbench run slimswin --teacher teacher-swin-demo --ratio 0.67 --step-pairs 2\n"
+                "  workbench run slimswin --teacher swin_tiny_patch4_window7_224 --checkpoint swin_t.safetensors "
+                "--data ~/imagenet --profile paper --ratio 0.33")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument("--teacher", default=None, help="Swin teacher: run id/dir, or timm name with --checkpoint "
+                   "(default: the profile's demo Swin teacher, trained if missing)")
+    p.add_argument("--ratio", type=float, required=True, help="global pruning ratio r in (0, 1), e.g. 0.33")
+    p.add_argument("--step-pairs", type=int, default=None, help="pairs pruned per iteration i (default: the profile's)")
+    p.add_argument("--reduce", default=None, choices=["abs_of_mean", "abs", "signed"],
+                   help="saliency over samples: |mean gradient| (default), mean |gradient|, or signed mean")
+    p.add_argument("--gate-mode", default=None, choices=["qkv", "output"], help="gate Q/K/V (paper, default) or head outputs")
+    p.add_argument("--checkpoint", default=None, help="teacher weights when --teacher is a timm name")
+    p.add_argument("--data", default=None, help="ImageFolder root with train/ and val/ (required by --profile paper)")
+    p.add_argument("--profile", default="demo", choices=["demo", "smoke", "paper"], help="budgets (default: demo)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to compute (default: auto)")
+    p.add_argument("--force", action="store_true", help="restart the run even if a complete one exists")
+
+
+def handle(args: argparse.Namespace) -> int:
+    run = run_slimswin(args.teacher, args.ratio, args.profile, step_pairs=args.step_pairs, reduce=args.reduce,
+                       gate_mode=args.gate_mode, checkpoint=args.checkpoint, data=args.data, force=args.force,
+                       device=args.device)
+    res = run.manifest["results"]
+    print(f"run: {run.dir}\npruned {res['pruned_pairs']}/{res['prunable_pairs']} window-head pairs (ratio {res['ratio']:.3f}); "
+          f"held-out top-1 {100 * res['val_acc']:.2f} % (teacher {100 * res['teacher_val_acc']:.2f} %); "
+          f"attention MACs -{100 * res['mac_reduction']:.1f} %")
+    return 0
+
+
+def _register_cli() -> None:
+    from workbench.cli import RUN_COMMANDS
+
+    RUN_COMMANDS["slimswin"] = (add_arguments, handle)
+
+
+_register_cli()
