@@ -75,7 +75,9 @@ def _parser() -> argparse.ArgumentParser:
 
     r = add("run", "Run a compression method end to end (as a resumable run).")
     rs = r.add_subparsers(dest="method", required=True)
-    _load_run_commands()
+    from workbench.pipelines import load_all as load_pipelines
+
+    load_pipelines()
     for name, (add_args, _) in RUN_COMMANDS.items():
         mp = rs.add_parser(name, help=f"run {name}")
         add_args(mp)
@@ -86,17 +88,6 @@ def _common(p: argparse.ArgumentParser, force_help: str = "retrain even if a com
     p.add_argument("--profile", default="demo", choices=["demo", "smoke", "paper"], help="budgets (default: demo)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to compute (default: auto)")
     p.add_argument("--force", action="store_true", help=force_help)
-
-
-def _load_run_commands() -> None:
-    import importlib
-
-    for mod in ("workbench.pipelines.far", "workbench.pipelines.slimswin"):
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as err:
-            if err.name != mod:
-                raise
 
 
 def cmd_info(args) -> int:

@@ -153,7 +153,9 @@ def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | 
             raise RunError(f"run {run.id!r} is not complete (status {run.status!r}); finish it first (rerun its command to resume)")
         method = run.config.get("method", "teacher")
         if method not in MODEL_BUILDERS:
-            _import_method_builders()
+            from workbench.pipelines import load_all
+
+            load_all()
         if method not in MODEL_BUILDERS:
             raise RunError(f"run {run.id!r} was made by method {method!r}, which this workbench cannot rebuild")
         model = MODEL_BUILDERS[method](run)
@@ -180,15 +182,3 @@ def _maybe_run(ref: str) -> Run | None:
     if (path / "manifest.json").exists() or (runs_root() / ref / "manifest.json").exists():
         return open_run(ref)
     return None
-
-
-def _import_method_builders() -> None:
-    """Import the workbench modules that register method builders (lazy, to keep imports cheap)."""
-    import importlib
-
-    for mod in ("workbench.pipelines.far", "workbench.pipelines.slimswin"):
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as err:
-            if err.name != mod:
-                raise

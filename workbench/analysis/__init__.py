@@ -9,10 +9,11 @@ with :func:`register`, so the CLI, the figure registry and the shared test table
 
 from __future__ import annotations
 
-import importlib
 from typing import Callable, Protocol
 
 import xarray as xr
+
+from workbench._registry import import_modules
 
 
 class Extractor(Protocol):
@@ -49,10 +50,5 @@ def get_extractor(name: str) -> Extractor:
 
 
 def load_all() -> dict[str, Extractor]:
-    for mod in _MODULES:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as err:  # a method's analysis module not written yet
-            if err.name != mod:
-                raise
+    import_modules(_MODULES)
     return EXTRACTORS

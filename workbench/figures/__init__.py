@@ -10,7 +10,6 @@ every item's caption and the provenance of the data behind it. Notebooks call th
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -19,6 +18,8 @@ from typing import Callable, Literal
 
 import pandas as pd
 import xarray as xr
+
+from workbench._registry import import_modules
 
 _MODULES = ("workbench.figures.teacher", "workbench.figures.far", "workbench.figures.slimswin")
 
@@ -62,12 +63,7 @@ def figure(id: str, *, paper: str, caption: str, needs: tuple[str, ...] = (), ki
 
 
 def load_all() -> dict[str, FigureSpec]:
-    for mod in _MODULES:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as err:
-            if err.name != mod:
-                raise
+    import_modules(_MODULES)
     return FIGURES
 
 
