@@ -17,6 +17,15 @@ from torch.utils.flop_counter import FlopCounterMode
 import methods.slimswin as ss
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """These models are tiny: one thread is as fast alone and much faster on a shared, loaded CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def demo_swin(**kwargs) -> SwinTransformer:
     """The workbench's demo Swin: 28x28x1, patch 2 (14x14 tokens), window 7, stage 0 shifted by 3."""
     args = dict(img_size=28, patch_size=2, in_chans=1, window_size=7, embed_dim=32, depths=(2, 2), num_heads=(2, 4),

@@ -71,9 +71,10 @@ CONVENTIONS: dict[str, str] = {
                   "DeiT and unpruned FAR is reproduced within 1.3%: exact at 224² for all sizes and at "
                   "384² for Small/Base; Tiny at 384² is +1.1% (DeiT) / +1.3% (FAR); FAR-Small/Base params "
                   "are +0.7% / +0.4% (0.2 M / 0.4 M more than the paper; FAR-Tiny matches). The pruned "
-                  "(†) rows depend on learned masks; with uniform pruning they match ~48% (Tiny) and "
-                  "~52% (Small) of the 64 units kept per LSTM within 2% in FLOPs; FAR-Base†'s params "
-                  "(68% kept) and FLOPs (50% kept) are not consistent with one uniform retention.",
+                  "(†) rows depend on learned masks; keeping the same number of the 64 units in every LSTM "
+                  "(48% Tiny, 50% Small, 52% Base: methods.far.paper.PAPER_UNIFORM_KEEP) matches their "
+                  "224² FLOPs within 1.5%; FAR-Base†'s params would need 68% kept, so its params and "
+                  "FLOPs are not consistent with one uniform retention (learned masks differ per layer).",
 }
 
 
@@ -166,7 +167,8 @@ def count_flops(model: nn.Module, img_size: Optional[int] = None, batch_size: in
             raise ValueError("pass img_size: the model has no patch_embed.img_size")
         img_size = size[0] if isinstance(size, (tuple, list)) else size
     ref = next(model.parameters())
-    x = torch.zeros(batch_size, 3, img_size, img_size, device=ref.device, dtype=ref.dtype)
+    chans = getattr(getattr(getattr(model, "patch_embed", None), "proj", None), "in_channels", 3)
+    x = torch.zeros(batch_size, chans, img_size, img_size, device=ref.device, dtype=ref.dtype)
     was_training = model.training
     model.eval()
     try:

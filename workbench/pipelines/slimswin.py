@@ -46,7 +46,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from methods.slimswin import (SlimSwinConfig, add_gates, attention_macs, check_swin, get_masks, kd_loss,
                               prunable_layers, prune, set_mask, sum_macs, swin_layers, window_head_saliency)
-from methods.train import TrainConfig, atomic_save_safetensors, evaluate, fit, resolve_device
+from methods.train import TrainConfig, atomic_save_safetensors, evaluate, fit, init_distributed, is_main, resolve_device
 from workbench.models import create_model, load_model, read_state_dict, register_builder
 from workbench.runs import Run, RunError, atomic_write_text, ensure_run, open_run, runs_root
 
@@ -65,6 +65,7 @@ class SlimSwinRecipe:
     seed: int = 0  # seeds the per-iteration subsets and the fine-tunes
     saliency_images: str = "demo:val[:256]"  # image spec of the saliency-before-pruning figure (fig3)
     progress: bool = True  # progress bar during the final fine-tune
+    eval_iterations: bool = True  # held-out accuracy after every iteration (recorded in history.json)
 
 
 #: profile -> recipe. ``paper`` is §V-B: AdamW 5e-5, wd 1e-4, KD alpha 0.7 / T 2, 15 final epochs with
@@ -81,7 +82,7 @@ RECIPES: dict[str, SlimSwinRecipe] = {
     ),
     "smoke": SlimSwinRecipe(
         SlimSwinConfig(step_pairs=2, saliency_samples=32, finetune_fraction=0.25, final_epochs=1, lr=5e-4),
-        batch_size=64, saliency_images="demo:val[:16]", progress=False,
+        batch_size=64, ratios=(0.33, 0.67), saliency_images="demo:val[:16]", progress=False, eval_iterations=False,
     ),
     "paper": SlimSwinRecipe(SlimSwinConfig(), batch_size=128, saliency_images="skimage:astronaut,chelsea,coffee"),
 }
@@ -184,8 +185,8 @@ def pruned_model(run: str | Run, device: str = "cpu") -> nn.Module:
     """The run's model converted for inference that skips pruned pairs (:func:`methods.slimswin.to_pruned`)."""
     from methods.slimswin import to_pruned
 
-    ref = run.id if isinstance(run, Run) else run
-    return to_pruned(load_model(str(ref), device=device).model)
+    ref = str(run.dir) if isinstance(run, Run) else run
+    return to_pruned(load_model(ref, device=device).model)
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,8 +222,21 @@ def _state_metadata(steps: list[dict]) -> dict[str, str]:
 
 
 def _save_state(path, model: nn.Module, steps: list[dict]) -> None:
-    """Weights (masks included) and the iteration records in one atomic file."""
-    atomic_save_safetensors(model.state_dict(), path, metadata=_state_metadata(steps))
+    """Weights (masks included) and the iteration records in one atomic file (rank 0 only under torchrun)."""
+    if is_main():
+        atomic_save_safetensors(model.state_dict(), path, metadata=_state_metadata(steps))
+
+
+def _same_on_all_ranks(saliency: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Under torchrun every rank must prune the same pairs: use rank 0's saliency everywhere."""
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        for s in saliency:
+            buf = s.to(torch.device("cuda") if dist.get_backend() == "nccl" else s.device)
+            dist.broadcast(buf, src=0)
+            s.copy_(buf.cpu())
+    return saliency
 
 
 def _load_state(path, model: nn.Module) -> list[dict]:
@@ -247,6 +261,7 @@ def _body(run: Run, teacher: _Teacher, cfg: SlimSwinConfig, recipe: SlimSwinReci
     from workbench.pipelines.teacher import datasets
 
     dev = resolve_device(device)
+    init_distributed()  # a no-op unless launched by torchrun
     ref_model = load_model(teacher.ref, checkpoint=teacher.checkpoint, device=dev).model  # the unpruned teacher
     check_swin(ref_model)
     for p in ref_model.parameters():
@@ -270,7 +285,7 @@ def _body(run: Run, teacher: _Teacher, cfg: SlimSwinConfig, recipe: SlimSwinReci
     if not state_path.exists() and start_from is not None:
         parent_state = start_from.dir / "prune" / "state.safetensors"
         log(f"continuing Algorithm 1 from {start_from.id} ({parent_state})")
-        _save_state(state_path, model.to("cpu"), _load_state(parent_state, model))
+        _save_state(state_path, model, _load_state(parent_state, model))  # the parent's iterations become ours
         run.update_manifest(chained_from=start_from.id)
     if state_path.exists():
         steps = _load_state(state_path, model)
@@ -290,13 +305,14 @@ def _body(run: Run, teacher: _Teacher, cfg: SlimSwinConfig, recipe: SlimSwinReci
         idx = _sample(len(plain_train), n_sal, recipe.seed * 100_003 + 2 * (offset + it))  # d-hat
         loader = DataLoader(_IndexedSubset(plain_train, idx), batch_size=recipe.saliency_batch)
         batches = ((x.to(dev), y.to(dev)) for x, y in loader)
-        sal = window_head_saliency(m, batches, F.cross_entropy, reduce=cfg.reduce)
+        sal = _same_on_all_ranks(window_head_saliency(m, batches, F.cross_entropy, reduce=cfg.reduce))
         last_saliency[:] = [sal]
         return sal
 
     def finetune_fn(m: nn.Module, it: int) -> None:
         idx = _sample(len(train_set), n_ft, recipe.seed * 100_003 + 2 * (offset + it) + 1)  # D-hat
-        hist = fit(m, _IndexedSubset(train_set, idx), val_set, replace(iter_cfg, seed=recipe.seed * 1000 + offset + it),
+        hist = fit(m, _IndexedSubset(train_set, idx), val_set if recipe.eval_iterations else None,
+                   replace(iter_cfg, seed=recipe.seed * 1000 + offset + it),
                    loss_fn=_kd_loss_fn(ref_model, cfg))
         last_metrics[:] = [hist[-1]]
 
@@ -304,8 +320,9 @@ def _body(run: Run, teacher: _Teacher, cfg: SlimSwinConfig, recipe: SlimSwinReci
         rec = _step_record(step, last_saliency[0], last_metrics[0] if last_metrics else {}, offset + step.iteration)
         steps.append(rec)
         _save_state(state_path, m, steps)
+        acc = "" if rec["val_acc"] is None else f", held-out top-1 {rec['val_acc']:.4f}"
         log(f"iteration {rec['iteration']}: pruned {rec['pruned']} -> {rec['num_pruned']}/{total} pairs "
-            f"(ratio {rec['ratio']:.3f}), held-out top-1 {rec['val_acc']:.4f}")
+            f"(ratio {rec['ratio']:.3f}){acc}")
 
     t0 = time.perf_counter()
     prune(model, cfg.target_ratio, cfg.step_pairs, saliency_fn=saliency_fn, finetune_fn=finetune_fn,
@@ -325,7 +342,9 @@ def _body(run: Run, teacher: _Teacher, cfg: SlimSwinConfig, recipe: SlimSwinReci
     after = evaluate(model, val_loader, dev)
     masks = get_masks(model)
 
-    # --- outputs: weights (with masks), masks, history
+    # --- outputs: weights (with masks), masks, history (rank 0 writes)
+    if not is_main():
+        return {}
     atomic_save_safetensors({f"layer{l}": m.to(torch.uint8) for l, m in enumerate(masks)}, run.dir / "masks.safetensors")
     macs, dense = attention_macs(model), attention_macs(model, [torch.ones_like(m) for m in masks])
     history = {"prunable_layers": layers, "total_pairs": total, "step_pairs": cfg.step_pairs,

@@ -1,0 +1,165 @@
+"""Teacher vs student token maps: line them up along ``model`` and score their agreement per layer.
+
+A teacher's attention (``attention`` extractor) and a FAR model's gradient saliency
+(``dependency`` extractor) are both ``(sample, layer, head, query, key)`` maps, but in different
+units: attention rows are probabilities, saliency rows are gradient norms. :func:`token_maps`
+renames them to one variable, ``map``, and (by default) normalises every query row to sum to 1
+over the keys, so both read as "share of the query's dependence on each key"; then
+``xr.concat(..., dim="model")`` lines them up. FAR §4.3 / App. C compares exactly these (the
+"paper-style" comparison); comparing the teacher's own saliency with FAR's is the like-for-like one.
+
+:func:`agreement` scores a model's maps against a reference model's, per sample and layer, on
+the head-averaged, row-normalised maps (as App. C.2 averages over heads; heads of FAR and the
+teacher need not correspond one to one):
+
+- ``pearson`` — Pearson correlation of the two T×T maps (all entries, CLS row and diagonal included);
+- ``spearman`` — the same on ranks (robust to the different value scales of attention and saliency);
+- ``js`` — mean over query rows of the Jensen–Shannon divergence (base 2, in [0, 1]: 0 = identical
+  rows) between the two models' key distributions;
+- ``cls_pearson`` / ``cls_js`` — the same two on the CLS row over the patch grid only (Fig. 5, 9–11).
+
+No torch here: everything works on stores alone.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Mapping
+
+import numpy as np
+import xarray as xr
+from scipy.stats import rankdata
+
+Normalize = Literal["row", "none"]
+
+#: variable names of the extractors' token maps: (full map, CLS row on the patch grid, measure label)
+_SOURCES = {"attention": ("attention", "cls_attention", "attention"),
+            "dependency": ("dependency", "cls_dependency", "saliency")}
+
+
+def _source(ds: xr.Dataset) -> tuple[str, str, str]:
+    for key, names in _SOURCES.items():
+        if key in ds:
+            return names
+    raise ValueError(f"the Dataset holds neither an attention nor a dependency map (variables: {list(ds.data_vars)}); "
+                     "pass outputs of the 'attention' or 'dependency' extractor")
+
+
+def _normalise(da: xr.DataArray, dims: tuple[str, ...], how: Normalize) -> xr.DataArray:
+    if how == "none":
+        return da
+    if how != "row":
+        raise ValueError(f"normalize must be 'row' or 'none', got {how!r}")
+    total = da.sum(dims)
+    return da / total.where(total > 0)
+
+
+def stack_maps(datasets: Mapping[str, xr.Dataset], *, normalize: Normalize = "row") -> xr.Dataset:
+    """Several models' token maps as one Dataset along ``model`` (in the mapping's order).
+
+    Args:
+        datasets: model label -> an ``attention`` or ``dependency`` Dataset (same images).
+        normalize: ``"row"``: every query row sums to 1 over the keys (``cls_map``: over the
+            patches); ``"none"``: raw values (only meaningful between maps of one measure).
+
+    Returns:
+        ``map(model, sample, layer, head, query, key)``, ``cls_map(model, sample, layer, head, y, x)``
+        (when every input has a CLS row), coords of the inputs (``query_kind`` …) and ``measure(model)``
+        ("attention" or "saliency"); only the samples, layers and queries all inputs share.
+
+    Raises:
+        ValueError: an input that is neither kind, or inputs with no sample/layer/query in common.
+    """
+    if not datasets:
+        raise ValueError("no Datasets to stack")
+    maps, cls_maps, measures = [], [], []
+    for label, ds in datasets.items():
+        full, cls, measure = _source(ds)
+        da = _normalise(ds[full], ("key",), normalize)
+        maps.append(da.rename("map"))
+        cls_maps.append(None if cls not in ds else _normalise(ds[cls], ("y", "x"), normalize).rename("cls_map"))
+        measures.append(measure)
+    aligned = xr.align(*maps, join="inner", exclude=("key",))
+    if any(a.sizes.get(d, 0) == 0 for a in aligned for d in ("sample", "layer", "query")):
+        raise ValueError("the maps share no sample, layer or query: compute them on the same images and layers")
+    labels = list(datasets)
+    out = xr.concat(aligned, dim="model", coords="minimal", compat="override").to_dataset()
+    if all(c is not None for c in cls_maps):
+        cls_aligned = xr.align(*cls_maps, join="inner")
+        out["cls_map"] = xr.concat(cls_aligned, dim="model", coords="minimal", compat="override")
+    out = out.drop_vars("num_heads", errors="ignore").assign_coords(model=labels, measure=("model", measures))
+    out["map"].attrs.update(units="share of the row" if normalize == "row" else "mixed",
+                            long_name="token-to-token map (attention or gradient saliency)")
+    return out.assign_attrs(analysis="token_maps", normalize=normalize)
+
+
+def token_maps(teacher: xr.Dataset, student: xr.Dataset, *, names: tuple[str, str] = ("teacher", "far"),
+               normalize: Normalize = "row") -> xr.Dataset:
+    """A teacher's and a student's maps along ``model`` (:func:`stack_maps` of the two)."""
+    return stack_maps({names[0]: teacher, names[1]: student}, normalize=normalize)
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Correlation over the last axis."""
+    a = a - a.mean(-1, keepdims=True)
+    b = b - b.mean(-1, keepdims=True)
+    den = np.sqrt((a * a).sum(-1) * (b * b).sum(-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (a * b).sum(-1) / den, np.nan)
+
+
+def _js(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Jensen–Shannon divergence (base 2) of distributions along the last axis."""
+    m = 0.5 * (p + q)
+
+    def kl(x: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(x > 0, x * np.log2(x / m), 0.0).sum(-1)
+
+    return 0.5 * kl(p) + 0.5 * kl(q)
+
+
+def agreement(maps: xr.Dataset, *, reference: str) -> xr.Dataset:
+    """Per-sample, per-layer agreement of every model's maps with ``reference``'s (module docstring).
+
+    Args:
+        maps: output of :func:`stack_maps` / :func:`token_maps` with ``normalize="row"``.
+        reference: the ``model`` label to compare against (e.g. "teacher attention").
+
+    Returns:
+        ``pearson``, ``spearman``, ``js`` (and ``cls_pearson``, ``cls_js``) with dims ``(model, sample,
+        layer)`` for every model but the reference; attr ``reference``.
+    """
+    if maps.attrs.get("normalize") != "row":
+        raise ValueError("agreement needs row-normalised maps: stack them with normalize='row'")
+    if reference not in maps["model"].values:
+        raise ValueError(f"reference {reference!r} not among the models {maps['model'].values.tolist()}")
+    avg = maps["map"].mean("head")  # (model, sample, layer, query, key), rows still sum to 1
+    ref = avg.sel(model=reference)
+    others = [m for m in maps["model"].values.tolist() if m != reference]
+    out = {}
+    dims = ("sample", "layer")
+    ref_flat = ref.transpose(*dims, "query", "key").values
+    flat_ref = ref_flat.reshape(*ref_flat.shape[:2], -1)
+    rows: dict[str, list[np.ndarray]] = {k: [] for k in ("pearson", "spearman", "js", "cls_pearson", "cls_js")}
+    for m in others:
+        cur = avg.sel(model=m).transpose(*dims, "query", "key").values
+        flat = cur.reshape(*cur.shape[:2], -1)
+        rows["pearson"].append(_pearson(flat, flat_ref))
+        rows["spearman"].append(_pearson(rankdata(flat, axis=-1), rankdata(flat_ref, axis=-1)))
+        rows["js"].append(_js(cur, ref_flat).mean(-1))
+        if "cls_map" in maps:
+            c = maps["cls_map"].mean("head")
+            cc = c.sel(model=m).transpose(*dims, "y", "x").values.reshape(*flat.shape[:2], -1)
+            cr = c.sel(model=reference).transpose(*dims, "y", "x").values.reshape(*flat.shape[:2], -1)
+            rows["cls_pearson"].append(_pearson(cc, cr))
+            rows["cls_js"].append(_js(cc, cr))
+    coords = {"model": others, "sample": maps["sample"].values, "layer": maps["layer"].values}
+    for k, v in rows.items():
+        if v:
+            out[k] = (("model",) + dims, np.stack(v))
+    ds = xr.Dataset(out, coords=coords)
+    units = {"pearson": "correlation", "spearman": "rank correlation", "js": "bits", "cls_pearson": "correlation",
+             "cls_js": "bits"}
+    for k in ds.data_vars:
+        ds[k].attrs["units"] = units[k]
+    return ds.assign_attrs(reference=reference, analysis="agreement")

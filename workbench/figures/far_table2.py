@@ -1,0 +1,127 @@
+"""FAR Table 2 (params, FLOPs, CPU latency) for ``far.table2``: real-size DeiT/FAR/FAR† and the demo models.
+
+Counts: :func:`methods.far.count_flops` (FlopCounterMode with LSTM formulas; MACs = the paper's
+fvcore "FLOPs"). Latency: :func:`methods.far.latency.torch_latency_ms`, one thread, batch 1, median
+of 3 runs after 1 warm-up (``benchmarks/far_latency.py`` does the full measurement, also with ONNX
+Runtime as in App. A.4). The measurements are cached in the profile's store directory (keyed by
+versions and the measured set) so that redrawing the table does not re-time the models;
+``workbench figures --force`` re-measures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+
+from workbench.figures import Context, Table
+
+#: profile -> (variants, image sizes, latency repeats, warm-up runs)
+TABLE2_SETS = {"smoke": (("tiny",), (224,), 1, 0)}
+DEFAULT_SET = (("tiny", "small", "base"), (224, 384), 3, 1)
+
+
+def _measure(variants, sizes, repeats, warmup, demo_models, log) -> list[dict]:
+    import torch
+
+    from methods.far import FAR_VARIANTS, PAPER_TABLE2, count_flops, replace_attention, shrink
+    from methods.far.latency import torch_latency_ms, uniform_keep_masks
+    from methods.far.paper import PAPER_UNIFORM_KEEP
+
+    rows = []
+    for v in variants:
+        for size in sizes:
+            torch.manual_seed(0)
+            teacher = FAR_VARIANTS[v].build_teacher(img_size=size).eval()
+            far = replace_attention(teacher).eval()
+            keep = PAPER_UNIFORM_KEEP[v]
+            pruned = shrink(far, uniform_keep_masks(far, keep)).eval()
+            for kind, model in (("DeiT", teacher), ("FAR", far), ("FAR†", pruned)):
+                name = f"{kind.rstrip('†')}-{v.capitalize()}{'†' if kind.endswith('†') else ''}"
+                log(f"  table2: {name} at {size}px")
+                c = count_flops(model, size)["total"]
+                paper = PAPER_TABLE2[name]
+                rows.append({"model": name, "size": size, "params_m": c["params"] / 1e6, "gmacs": c["macs"] / 1e9,
+                             "ms": torch_latency_ms(model, size, repeats=repeats, warmup=warmup),
+                             "paper_params_m": paper.params_m, "paper_gflops": paper.gflops_224 if size == 224 else paper.gflops_384,
+                             "paper_ms": paper.cpu_ms_224 if size == 224 else paper.cpu_ms_384,
+                             "keep": keep if kind == "FAR†" else None, "family": f"{v}-{size}"})
+    for name, model in demo_models:
+        size = model.patch_embed.img_size[0]
+        c = count_flops(model, size)["total"]
+        rows.append({"model": name, "size": size, "params_m": c["params"] / 1e6, "gmacs": c["macs"] / 1e9,
+                     "ms": torch_latency_ms(model, size, repeats=max(repeats, 5) * 2, warmup=max(1, warmup)),
+                     "paper_params_m": None, "paper_gflops": None, "paper_ms": None, "keep": None, "family": "demo"})
+    return rows
+
+
+def _note(r: dict) -> str:
+    from methods.far.flops import CONVENTIONS
+
+    notes = []
+    for ours, paper, what in ((r["params_m"], r["paper_params_m"], "params"), (r["gmacs"], r["paper_gflops"], "FLOPs")):
+        if paper and abs(ours / paper - 1) > 0.03:
+            if r["keep"] is not None:
+                notes.append(f"{what}: uniform {100 * r['keep']:.0f}% kept per LSTM vs the paper's learned per-layer masks")
+            else:
+                notes.append(f"{what}: {CONVENTIONS['not_counted']}")
+    return "; ".join(notes)
+
+
+def table2_frame(ctx: Context, runs) -> Table:
+    """Build the Table 2 frame (measuring, or reading the cached measurements)."""
+    from workbench.models import load_model
+    from workbench.provenance import versions
+
+    teacher, far, pruned = runs
+    variants, sizes, repeats, warmup = TABLE2_SETS.get(ctx.profile.name, DEFAULT_SET)
+    key = {"versions": versions(), "variants": variants, "sizes": sizes, "repeats": repeats, "warmup": warmup,
+           "demo": [r.manifest.get("checkpoint_sha256") for r in runs], "cpus": os.cpu_count()}
+    cache = ctx.store_dir / "far_table2.json"
+    rows = None
+    if cache.exists() and not ctx.force:
+        stored = json.loads(cache.read_text())
+        if stored.get("key") == json.loads(json.dumps(key)):
+            rows = stored["rows"]
+    if rows is None:
+        demo = [(f"demo teacher ({teacher.id})", load_model(teacher.id).model), (f"demo FAR ({far.id})", load_model(far.id).model),
+                (f"demo FAR† ({pruned.id})", load_model(pruned.id).model)]
+        rows = _measure(variants, sizes, repeats, warmup, demo, ctx.log)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".{cache.name}.tmp")
+        tmp.write_text(json.dumps({"key": key, "rows": rows}, indent=1))
+        os.replace(tmp, cache)
+    base = {r["family"]: r for r in rows if r["model"].startswith("DeiT")}
+    out = []
+    for r in rows:
+        deit = base.get(r["family"])
+        pd_ratio = None
+        if deit is not None and r["paper_ms"]:
+            pd_ratio = round(r["paper_ms"] / deit["paper_ms"], 2)
+        out.append({
+            "model": r["model"], "input": f"{r['size']}²", "params (M)": round(r["params_m"], 2),
+            "paper params (M)": r["paper_params_m"], "GMACs": round(r["gmacs"], 3), "paper GFLOPs": r["paper_gflops"],
+            "Δ GMACs vs paper": None if not r["paper_gflops"] else f"{100 * (r['gmacs'] / r['paper_gflops'] - 1):+.1f}%",
+            "CPU ms (torch, 1 thread)": round(r["ms"], 2 if r["ms"] < 10 else 1), "paper CPU ms (ORT)": r["paper_ms"],
+            "latency / DeiT (ours)": None if deit is None else round(r["ms"] / deit["ms"], 2),
+            "latency / DeiT (paper)": pd_ratio, "note": _note(r),
+        })
+    from methods.far.flops import CONVENTIONS
+    from torch import __version__ as torch_version
+
+    notes = [
+        "MACs per image, batch 1, counted by torch.utils.flop_counter.FlopCounterMode with formulas for the fused LSTM "
+        "kernels (methods.far.flops); the paper's 'FLOPs' are MACs (fvcore convention). Not counted: "
+        + CONVENTIONS["not_counted"],
+        "FAR† rows at real size: every LSTM keeps the same number of its 64 hidden units (48% Tiny, 50% Small, 52% Base), "
+        "which reproduces the paper's pruned FLOPs; the paper's masks are learned per layer, head and direction.",
+        f"latency: PyTorch {torch_version} eager, one thread, median of {repeats} runs after {warmup} "
+        "warm-up on this machine's CPU (shared, so noisy), random weights; the paper used ONNX Runtime on an AMD EPYC "
+        "9254 (median of 100 after 30). Absolute ms are not comparable across machines: compare the ratios to DeiT. "
+        "benchmarks/far_latency.py measures ONNX Runtime too.",
+        f"demo models: {teacher.id}, {far.id}, {pruned.id} at 28×28 (50 tokens).",
+    ]
+    frame = pd.DataFrame(out).astype(object)
+    frame = frame.where(frame.notna(), "–")
+    return Table(frame, f"FAR Table 2: size, MACs and CPU latency (profile {ctx.profile.name})", notes)

@@ -1,0 +1,472 @@
+"""FAR end to end: distill a BiLSTM replacement of a ViT teacher's attention, then prune it, as runs.
+
+Ren et al., "Is Attention Required for Transformer Inference? Explore Function-preserving Attention
+Replacement" (papers/000), on top of :mod:`methods.far`:
+
+1. **FAR run** (``far-vit-demo``; ``far_<schedule>-vit-demo`` for another Table 3 schedule):
+   every attention is replaced (§3.1, global replacement); the *distillation phase* trains only the
+   substitutes with L = λ Σ_i (1 − cos(x_{i+1}, x'_{i+1})) + CE (Eq. 3–4, λ = 1), the *finetuning
+   phase* trains everything with CE (App. A.1). Schedules (Table 3): ``combined`` (Eq. 4), ``cls``
+   (CE only), ``sim`` (similarity only), ``scratch`` (every weight re-initialised, CE; "TFS").
+2. **Pruned run** (``far_pruned-vit-demo``, from the FAR run): DeepHoyer-regularised training of
+   everything (CE + w·Σ Eq. 6, per layer, head and direction), pruning of every hidden unit whose
+   group L2 norm is below the threshold (coordinated over gates, W_hh columns and the output
+   projection, §3.3), then finetuning with the masks fixed (App. A.2). The run's
+   ``model.safetensors`` is the *physically shrunk* model (:func:`methods.far.shrink`, exactly the
+   masked model's function) and ``masks.safetensors`` holds the keep-mask ``(layer, head,
+   direction, unit)``, from which :func:`load_model` rebuilds the shrunk architecture.
+3. **Table 3 ablation** (``far_table3_<schedule>-vit-demo``): the four schedules with the profile's
+   shorter ``ablation`` budgets, all four alike (so "combined" is its own short run there).
+
+Every phase checkpoints each epoch under its run's phase directory (``distill/``, ``finetune/``,
+``regularise/``, ``masked_finetune/``); an interrupted run resumes where it stopped. Budgets per
+profile are in :data:`BUDGETS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Literal, Optional
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+from methods.far import (
+    FARConfig,
+    FARLoss,
+    SCHEDULES,
+    apply_masks,
+    count_flops,
+    freeze_for_distillation,
+    from_scratch,
+    kept_masks,
+    mask_hook,
+    prune_masks,
+    replace_attention,
+    retention,
+    shrink,
+    unfreeze_all,
+)
+from methods.train import TrainConfig, atomic_save_safetensors, evaluate, fit, is_main, resolve_device
+from workbench.models import create_model, load_model, load_weights, read_state_dict, register_builder
+from workbench.runs import Run, RunError, ensure_run, open_run, runs_root
+
+__all__ = ["BUDGETS", "FARBudget", "get_budget", "run_far", "run_far_ablation", "far_run_id", "load_masks"]
+
+Schedule = Literal["scratch", "cls", "sim", "combined"]
+
+
+@dataclass(frozen=True)
+class FARBudget:
+    """Budgets of one profile's FAR runs: the phases of §3.1 / §3.3 and the pruning rule."""
+
+    distill: TrainConfig  # distillation phase: substitutes only, Eq. 4 (App. A.1)
+    finetune: TrainConfig  # finetuning phase: everything, CE (App. A.1)
+    regularise: TrainConfig  # DeepHoyer-regularised training of everything (App. A.2)
+    masked_finetune: TrainConfig  # finetuning with the pruning masks fixed (App. A.2)
+    hoyer_weight: float = 1e-4  # weight of Σ_(layer, head, direction) Eq. 6 added to CE (App. A.2)
+    threshold: float = 1e-4  # prune units whose group L2 norm is below this (App. A.2)
+    grouping: str = "full"  # pruning group of a unit: "full" (W_ih, W_hh rows+column, out-proj column) or "rows"
+    lam: float = 1.0  # λ of Eq. 4 (§4.1)
+    sim_input: str = "student"  # student blocks see their own inputs in Eq. 3 (one pass, Fig. 1)
+    drop_path: float = 0.0  # stochastic depth of the student during training (App. A.1: 0.1)
+    ablation: Optional[tuple[TrainConfig, TrainConfig]] = None  # (distill, finetune) of the Table 3 runs; None = the main ones
+
+
+def _tc(epochs: int, lr: float, **kw) -> TrainConfig:
+    return TrainConfig(epochs=epochs, lr=lr, **{"batch_size": 64, "weight_decay": 0.05, "warmup_epochs": 0,
+                                                "label_smoothing": 0.1, **kw})
+
+
+#: profile -> budgets. ``paper`` is App. A.1/A.2 for FAR-Tiny (AdamW, wd 0.05, batch 256, distill 200
+#: epochs at 5e-4 with 5 warm-up epochs from 1e-5, finetune 100 epochs at 5e-5, DeepHoyer 1e-4 for
+#: 100 epochs at 5e-5 with 5 warm-up epochs, threshold 1e-4, masked finetune 100 epochs; drop path
+#: 0.1; AMP). Small/Base use finetune 2e-5 and pruning 5e-6 (``methods.far.FAR_VARIANTS``).
+BUDGETS: dict[str, FARBudget] = {
+    # demo: the vit_demo teacher (6 blocks, 4 heads of 16) on MNIST-5k, ~2-3 CPU minutes for all runs.
+    # Pruning: the paper's weight 1e-4 and threshold 1e-4 are calibrated for 100 epochs of AdamW
+    # whose final learning rate is tiny; in 2 demo epochs no group gets anywhere near 1e-4 (Adam
+    # keeps every weight moving by ~lr per step), so nothing would be pruned. The demo uses a 100x
+    # stronger regulariser with a 10x larger learning rate (groups shrink within the budget) and
+    # prunes groups below 5% of the typical unit norm: threshold 0.05 (group norms start at ~1-2).
+    "demo": FARBudget(
+        distill=_tc(4, 2e-3, warmup_epochs=1),
+        finetune=_tc(2, 3e-4),
+        regularise=_tc(3, 1e-3),
+        masked_finetune=_tc(2, 3e-4),
+        hoyer_weight=1e-2,
+        threshold=5e-2,
+        ablation=(_tc(2, 2e-3, warmup_epochs=1), _tc(1, 3e-4)),
+    ),
+    # smoke: a few updates per phase, only to exercise the pipeline; the threshold makes sure some units go.
+    "smoke": FARBudget(
+        distill=_tc(1, 2e-3, progress=False), finetune=_tc(1, 3e-4, progress=False),
+        regularise=_tc(1, 1e-3, progress=False), masked_finetune=_tc(1, 3e-4, progress=False),
+        hoyer_weight=1e-2, threshold=2.0,  # group norms start at ~1.8-2.2: prunes about half
+    ),
+    "paper": FARBudget(
+        distill=TrainConfig(epochs=200, batch_size=256, lr=5e-4, weight_decay=0.05, warmup_epochs=5, warmup_lr=1e-5, amp=True),
+        finetune=TrainConfig(epochs=100, batch_size=256, lr=5e-5, weight_decay=0.05, warmup_epochs=0, amp=True),
+        regularise=TrainConfig(epochs=100, batch_size=256, lr=5e-5, weight_decay=0.05, warmup_epochs=5, warmup_lr=1e-5, amp=True),
+        masked_finetune=TrainConfig(epochs=100, batch_size=256, lr=5e-5, weight_decay=0.05, warmup_epochs=0, amp=True),
+        hoyer_weight=1e-4, threshold=1e-4, drop_path=0.1,
+    ),
+}
+
+
+def get_budget(profile: str) -> FARBudget:
+    """The FAR budgets of ``profile``; raises ``ValueError`` for an unknown one."""
+    if profile not in BUDGETS:
+        raise ValueError(f"unknown profile {profile!r} for far; choose from {', '.join(BUDGETS)}")
+    return BUDGETS[profile]
+
+
+# --------------------------------------------------------------------------------------------
+# Teacher and run ids
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Teacher:
+    ref: str  # run id or timm name as given
+    tag: str  # short name used in run ids ("vit-demo", "deit_tiny_patch16_224")
+    model_name: str  # timm architecture
+    model_kwargs: dict = field(default_factory=dict)  # timm.create_model kwargs
+    checkpoint: Optional[str] = None  # weights file (None for a run: its own checkpoint)
+    sha256: Optional[str] = None  # hash of the teacher weights
+    run: Optional[str] = None  # teacher run id, if any
+
+
+def _resolve_teacher(teacher: str | Run, profile: str, checkpoint: Optional[str], device: str, data: Optional[str],
+                     log: Callable[[str], None]) -> _Teacher:
+    """A teacher run (trained or reused for a demo arch such as ``vit``) or a timm ViT name + checkpoint."""
+    from methods.teachers import DEMO_TEACHERS
+    from workbench.runs import sha256_file
+
+    if isinstance(teacher, Run):
+        teacher = str(teacher.dir)
+    if teacher in DEMO_TEACHERS:
+        if profile == "paper":
+            raise ValueError("the paper profile distills a real ViT: pass --teacher a timm name "
+                             "(e.g. deit_tiny_patch16_224) with --checkpoint WEIGHTS, or a teacher run id")
+        from workbench.pipelines.teacher import train_teacher
+
+        teacher = train_teacher(teacher, profile, device=device, data=data, log=log).id
+    if (runs_root() / teacher / "manifest.json").exists() or (Path(teacher).expanduser() / "manifest.json").exists():
+        if checkpoint is not None:
+            raise ValueError(f"teacher {teacher!r} is a run with its own checkpoint; drop --checkpoint")
+        run = open_run(teacher)
+        if run.status != "complete":
+            raise RunError(f"teacher run {run.id!r} is not complete (status {run.status!r}); finish it first")
+        tag = run.id[len("teacher-"):] if run.id.startswith("teacher-") else run.id
+        if tag.endswith(f"-{profile}"):
+            tag = tag[: -len(profile) - 1]
+        return _Teacher(run.id, tag, run.config["model_name"], dict(run.config.get("model_kwargs", {})), None,
+                        run.manifest.get("checkpoint_sha256"), run.id)
+    create_model(teacher)  # validates the name: a clear error for an unknown architecture
+    if checkpoint is None:
+        raise ValueError(f"teacher {teacher!r} is not a run; pass a teacher run id (e.g. teacher-vit-demo), "
+                         "a demo arch (vit), or a timm ViT name with --checkpoint WEIGHTS (distilling random weights "
+                         "measures nothing)")
+    path = Path(checkpoint).expanduser()
+    if not path.is_file():
+        raise ValueError(f"teacher checkpoint {str(path)!r} does not exist")
+    return _Teacher(teacher, teacher, teacher, {}, str(path), sha256_file(path))
+
+
+def far_run_id(tag: str, profile: str, schedule: str = "combined", *, pruned: bool = False, table3: bool = False) -> str:
+    """``far-vit-demo``, ``far_sim-vit-demo``, ``far_pruned-vit-demo``, ``far_table3_cls-vit-demo``."""
+    if table3:
+        kind = f"far_table3_{schedule}"
+    else:
+        kind = "far" if schedule == "combined" else f"far_{schedule}"
+        kind = f"{kind}_pruned" if pruned else kind
+    return f"{kind}-{tag}-{profile}"
+
+
+def _load_teacher(t: _Teacher) -> nn.Module:
+    if t.run is not None:
+        return load_model(t.run).model
+    model = create_model(t.model_name, **t.model_kwargs)
+    load_weights(model, read_state_dict(t.checkpoint), what=f"teacher checkpoint {t.checkpoint!r}")
+    return model.eval()
+
+
+# --------------------------------------------------------------------------------------------
+# Builder and masks
+# --------------------------------------------------------------------------------------------
+
+
+@register_builder("far")
+def _build_far(run: Run) -> nn.Module:
+    """The FAR student of a run: the teacher's architecture with BiLSTM substitutes, shrunk to the
+    run's ``masks.safetensors`` when it has one (weights are loaded afterwards by ``load_model``)."""
+    cfg = run.config
+    teacher = create_model(cfg["teacher"]["model_name"], **cfg["teacher"].get("model_kwargs", {}))
+    far_cfg = cfg["far"]
+    student = replace_attention(teacher, FARConfig(**{**far_cfg, "layers": None if far_cfg.get("layers") is None
+                                                       else tuple(far_cfg["layers"])}))
+    masks_path = run.dir / "masks.safetensors"
+    if masks_path.exists():
+        student = shrink(student, load_masks(run))
+    return student
+
+
+def load_masks(run: str | Run) -> torch.Tensor:
+    """A pruned run's keep-mask ``(layer, head, direction, unit)`` bool (layer = replaced blocks in order)."""
+    run = run if isinstance(run, Run) else open_run(run)
+    path = run.dir / "masks.safetensors"
+    if not path.exists():
+        raise RunError(f"run {run.id!r} has no masks.safetensors: it is not a pruned FAR run")
+    return read_state_dict(path)["keep"].bool()
+
+
+# --------------------------------------------------------------------------------------------
+# Run bodies
+# --------------------------------------------------------------------------------------------
+
+
+def _set_drop_path(model: nn.Module, rate: float) -> None:
+    """Stochastic depth with timm's linear decay rule over the blocks (no parameters: checkpoints unaffected)."""
+    from timm.layers import DropPath
+
+    n = len(model.blocks)
+    for i, blk in enumerate(model.blocks):
+        r = rate * i / max(1, n - 1)
+        for name in ("drop_path1", "drop_path2"):
+            if hasattr(blk, name):
+                setattr(blk, name, DropPath(r) if r > 0 else nn.Identity())
+
+
+def _phase_logger(run: Run, phase: str, offset: int) -> Callable[[int, dict], None]:
+    """``on_epoch_end`` writing the run's metrics with a phase label and a run-global epoch index."""
+    return lambda epoch, metrics: run.log_epoch(offset + epoch, {"phase": phase, **metrics})
+
+
+def _data(profile: str, data: Optional[str], model: nn.Module):
+    from workbench.pipelines.teacher import datasets
+
+    pc = getattr(model, "pretrained_cfg", {}) or {}
+    return datasets(profile, data, tuple(pc.get("input_size", (1, 28, 28))), pc.get("mean"), pc.get("std"))
+
+
+def _with_device(cfg: TrainConfig, device: str) -> TrainConfig:
+    return replace(cfg, device=device)
+
+
+def _counts(model: nn.Module) -> dict:
+    """Parameters and MACs per image (``methods.far.count_flops``), counted on a CPU copy."""
+    import copy
+
+    c = count_flops(copy.deepcopy(model).float().cpu())
+    return {"params": c["total"]["params"], "macs": c["total"]["macs"], "attn_macs": c["attn"]["macs"]}
+
+
+def _far_body(t: _Teacher, profile: str, schedule: str, phases: tuple[TrainConfig, TrainConfig], budget: FARBudget,
+              device: str, data: Optional[str]) -> Callable[[Run], dict]:
+    def body(run: Run) -> dict:
+        dev = resolve_device(device)
+        teacher = _load_teacher(t).to(dev).eval()
+        train_set, val_set = _data(profile, data, teacher)
+        distill_cfg, finetune_cfg = (_with_device(c, device) for c in phases)
+        torch.manual_seed(distill_cfg.seed)  # the substitutes' initialisation
+        student = replace_attention(teacher, FARConfig())
+        if budget.drop_path:
+            _set_drop_path(student, budget.drop_path)
+        if schedule == "scratch":  # Table 3 "TFS": every weight re-initialised, all trainable, CE only
+            student = from_scratch(student)
+        else:
+            freeze_for_distillation(student)
+        loss = FARLoss(teacher, schedule, lam=budget.lam, sim_input=budget.sim_input,
+                       label_smoothing=distill_cfg.label_smoothing)
+        hist_d = fit(student, train_set, val_set, distill_cfg, loss_fn=loss, ckpt_dir=run.phase_dir("distill"),
+                     on_epoch_end=_phase_logger(run, "distill", 0))
+        unfreeze_all(student)
+        hist_f = fit(student, train_set, val_set, finetune_cfg, ckpt_dir=run.phase_dir("finetune"),
+                     on_epoch_end=_phase_logger(run, "finetune", distill_cfg.epochs))
+        if is_main():
+            atomic_save_safetensors(student.state_dict(), run.checkpoint)
+        return {"val_acc": hist_f[-1]["val_acc"], "distill_val_acc": hist_d[-1]["val_acc"],
+                "teacher_val_acc": (open_run(t.run).manifest.get("results", {}).get("val_acc") if t.run else None),
+                "epochs": len(hist_d) + len(hist_f), "train_images": len(train_set), "val_images": len(val_set),
+                **_counts(student)}
+
+    return body
+
+
+def _pruned_body(far_run: Run, profile: str, budget: FARBudget, device: str, data: Optional[str]) -> Callable[[Run], dict]:
+    def body(run: Run) -> dict:
+        dev = resolve_device(device)
+        student = load_model(far_run.id, device=dev).model
+        unfreeze_all(student)
+        if budget.drop_path:
+            _set_drop_path(student, budget.drop_path)
+        train_set, val_set = _data(profile, data, student)
+        reg_cfg, ft_cfg = _with_device(budget.regularise, device), _with_device(budget.masked_finetune, device)
+        reg = FARLoss(None, "cls", hoyer_weight=budget.hoyer_weight, grouping=budget.grouping,
+                      label_smoothing=reg_cfg.label_smoothing)
+        hist_r = fit(student, train_set, val_set, reg_cfg, loss_fn=reg, ckpt_dir=run.phase_dir("regularise"),
+                     on_epoch_end=_phase_logger(run, "regularise", 0))
+        masks_path = run.dir / "masks.safetensors"
+        if masks_path.exists():  # resuming after the pruning step
+            masks = load_masks(run)
+        else:
+            masks = prune_masks(student, budget.threshold, budget.grouping).cpu()
+            if is_main():
+                atomic_save_safetensors({"keep": masks.to(torch.uint8)}, masks_path,
+                                        {"threshold": str(budget.threshold), "grouping": budget.grouping})
+        apply_masks(student, masks)
+        loader = DataLoader(val_set, batch_size=256)
+        acc_pruned = evaluate(student, loader, dev)["val_acc"]  # masked, before finetuning
+        hist_f = fit(student, train_set, val_set, ft_cfg, after_step=[mask_hook(masks)],
+                     ckpt_dir=run.phase_dir("masked_finetune"), on_epoch_end=_phase_logger(run, "masked_finetune", reg_cfg.epochs))
+        student.eval()
+        small = shrink(student, masks).eval()
+        with torch.no_grad():  # the shrunk model computes what the masked one does
+            images = next(iter(loader))[0][:64].to(dev)
+            gap = (small(images) - student(images)).abs().max().item()
+        if is_main():
+            atomic_save_safetensors(small.state_dict(), run.checkpoint)
+        ret = retention(masks)  # (layer, head, direction)
+        before, after = _counts(student), _counts(small)
+        return {"val_acc": evaluate(small, loader, dev)["val_acc"], "regularised_val_acc": hist_r[-1]["val_acc"],
+                "pruned_before_finetune_val_acc": acc_pruned, "masked_val_acc": hist_f[-1]["val_acc"],
+                "kept_fraction": ret.mean().item(), "kept_forward": ret[:, :, 0].mean().item(),
+                "kept_reverse": ret[:, :, 1].mean().item(), "kept_units": int(masks.sum()), "units": masks.numel(),
+                "shrunk_vs_masked_max_abs_diff": gap, "params_before": before["params"], "params": after["params"],
+                "macs_before": before["macs"], "macs": after["macs"],
+                "epochs": len(hist_r) + len(hist_f)}
+
+    return body
+
+
+def _config(t: _Teacher, profile: str, schedule: str, phases, budget: FARBudget, data: Optional[str], **extra) -> dict:
+    strip = lambda c: {k: v for k, v in asdict(c).items() if k not in ("device", "progress")}  # noqa: E731
+    return {
+        "method": "far", "model_name": f"far_{t.model_name}", "profile": profile, "data": data or "demo",
+        "teacher": {"ref": t.ref, "run": t.run, "model_name": t.model_name, "model_kwargs": t.model_kwargs,
+                    "checkpoint_sha256": t.sha256},
+        "far": {k: v for k, v in asdict(FARConfig()).items()}, "schedule": schedule,
+        "budget": {"distill": strip(phases[0]), "finetune": strip(phases[1]), "lam": budget.lam,
+                   "sim_input": budget.sim_input, "drop_path": budget.drop_path},
+        **extra,
+    }
+
+
+def run_far(
+    teacher: str | Run = "vit",
+    profile: str = "demo",
+    *,
+    schedule: Schedule = "combined",
+    prune: bool = True,
+    force: bool = False,
+    device: str = "auto",
+    data: Optional[str] = None,
+    checkpoint: Optional[str] = None,
+    log: Callable[[str], None] = print,
+) -> Run:
+    """Distill FAR from ``teacher`` (and prune it); reuse, resume or start the runs.
+
+    Args:
+        teacher: a teacher run id/dir, a demo arch (``vit``: the profile's demo teacher, trained if
+            needed), or a timm ViT name with ``checkpoint``.
+        profile: ``demo``, ``smoke`` or ``paper`` (budgets: :data:`BUDGETS`).
+        schedule: Table 3 loss schedule of the distillation phase.
+        prune: also run the DeepHoyer pruning run on top of the FAR run.
+        force: redo the FAR (and pruned) runs even if complete; the teacher is reused.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        data: ImageFolder root with ``train/`` and ``val/`` (required by ``paper``).
+        checkpoint: teacher weights for a timm-name teacher.
+        log: one-line status messages.
+
+    Returns:
+        The pruned run when ``prune``, else the FAR run.
+
+    Raises:
+        ValueError: unknown schedule/profile, a teacher that is not a ViT or has no weights.
+        RunError: a run id exists with another config (pass ``force``).
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    budget = get_budget(profile)
+    t = _resolve_teacher(teacher, profile, checkpoint, device, data, log)
+    _check_teacher_is_vit(t)
+    phases = (budget.distill, budget.finetune)
+    far = ensure_run(far_run_id(t.tag, profile, schedule), _config(t, profile, schedule, phases, budget, data),
+                     _far_body(t, profile, schedule, phases, budget, device, data), force=force, log=log)
+    if not prune:
+        return far
+    cfg = _config(t, profile, schedule, phases, budget, data, source_run=far.id,
+                  source_checkpoint_sha256=far.manifest.get("checkpoint_sha256"),
+                  pruning={"regularise": asdict(budget.regularise), "masked_finetune": asdict(budget.masked_finetune),
+                           "hoyer_weight": budget.hoyer_weight, "threshold": budget.threshold, "grouping": budget.grouping})
+    for phase in ("regularise", "masked_finetune"):
+        for k in ("device", "progress"):
+            cfg["pruning"][phase].pop(k)
+    return ensure_run(far_run_id(t.tag, profile, schedule, pruned=True), cfg, _pruned_body(far, profile, budget, device, data),
+                      force=force, log=log)
+
+
+def run_far_ablation(
+    teacher: str | Run = "vit", profile: str = "demo", schedule: Schedule = "combined", *, force: bool = False,
+    device: str = "auto", data: Optional[str] = None, checkpoint: Optional[str] = None, log: Callable[[str], None] = print,
+) -> Run:
+    """One Table 3 run: ``schedule`` with the profile's ablation budgets (the main FAR run when it has none)."""
+    budget = get_budget(profile)
+    if budget.ablation is None:
+        return run_far(teacher, profile, schedule=schedule, prune=False, force=force, device=device, data=data,
+                       checkpoint=checkpoint, log=log)
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    t = _resolve_teacher(teacher, profile, checkpoint, device, data, log)
+    _check_teacher_is_vit(t)
+    phases = budget.ablation
+    return ensure_run(far_run_id(t.tag, profile, schedule, table3=True), _config(t, profile, schedule, phases, budget, data, table3=True),
+                      _far_body(t, profile, schedule, phases, budget, device, data), force=force, log=log)
+
+
+def _check_teacher_is_vit(t: _Teacher) -> None:
+    """Refuse a non-ViT teacher before any run directory is created (``check_vit``'s message)."""
+    from methods.far import check_vit
+
+    check_vit(create_model(t.model_name, **t.model_kwargs))
+
+
+# --------------------------------------------------------------------------------------------
+# CLI: workbench run far
+# --------------------------------------------------------------------------------------------
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Distill a FAR (BiLSTM instead of attention) student from a ViT teacher, then prune it."
+    p.add_argument("--teacher", default="vit",
+                   help="teacher run id/dir, a demo arch (vit: the profile's demo teacher), or a timm ViT name with --checkpoint")
+    p.add_argument("--checkpoint", default=None, help="weights of a timm-name teacher (.safetensors, .pt, .pth)")
+    p.add_argument("--profile", default="demo", choices=["demo", "smoke", "paper"], help="budgets (default: demo)")
+    p.add_argument("--data", default=None, help="ImageFolder root with train/ and val/ (required by --profile paper)")
+    p.add_argument("--schedule", default="combined", choices=list(SCHEDULES),
+                   help="Table 3 loss schedule of the distillation phase (default: combined = Eq. 4)")
+    p.add_argument("--no-prune", action="store_true", help="stop after distillation + finetuning (no DeepHoyer pruning)")
+    p.add_argument("--force", action="store_true", help="redo the FAR runs even if complete (the teacher is reused)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train (default: auto)")
+
+
+def _handle(args: argparse.Namespace) -> int:
+    run = run_far(args.teacher, args.profile, schedule=args.schedule, prune=not args.no_prune, force=args.force,
+                  device=args.device, data=args.data, checkpoint=args.checkpoint)
+    res = run.manifest.get("results", {})
+    print(f"run: {run.dir}")
+    print("  " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in res.items()))
+    return 0
+
+
+def _register() -> None:
+    from workbench.cli import RUN_COMMANDS
+
+    RUN_COMMANDS["far"] = (_add_arguments, _handle)
+
+
+_register()

@@ -1,0 +1,269 @@
+"""FAR figures from Datasets (no torch): retention heatmaps, teacher-vs-FAR token maps, agreement.
+
+- :func:`plot_retention` — Fig. 4/7/8: % of hidden units each (layer, head) LSTM keeps, forward
+  and reverse side by side (``retention`` extractor).
+- :func:`plot_cls_comparison` — Fig. 5, 9–11: the CLS row over the image, one row per (layer,
+  model), heads as columns (``cls_map`` of :func:`workbench.analysis.compare.stack_maps`).
+- :func:`plot_token_maps` — Fig. 6, 12–14: token-to-token maps averaged over heads and samples
+  (App. C.2), one panel per model.
+- :func:`plot_agreement` — per-layer agreement of FAR's maps with the teacher's.
+
+Maps from :func:`~workbench.analysis.compare.stack_maps` are row-normalised, so teacher attention
+and FAR gradient saliency share one colour scale: "share of the row".
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import matplotlib.colors as mcolors
+import matplotlib.pyplot as plt
+import numpy as np
+import seaborn as sns
+import xarray as xr
+from matplotlib.axes import Axes
+from matplotlib.cm import ScalarMappable
+from matplotlib.figure import Figure
+
+from workbench.plots.theme import ATTENTION_CMAP, MISSING_COLOR, PANEL_INCHES
+
+
+def _cmap() -> mcolors.Colormap:
+    return plt.get_cmap(ATTENTION_CMAP).with_extremes(bad=MISSING_COLOR)
+
+
+# ------------------------------------------------------------------------------------------ retention
+def plot_retention(ds: xr.Dataset, *, title: str | None = None, ax: Axes | None = None) -> Figure:
+    """Percentage of hidden units kept per (layer, head), forward and reverse LSTMs side by side.
+
+    Args:
+        ds: a ``retention`` Dataset (``retention(layer, head, direction)``).
+        title: figure title; default names the kept share overall.
+        ax: draw only the forward direction into this Axes.
+
+    Returns:
+        The Figure.
+    """
+    pct = 100 * ds["retention"].transpose("direction", "layer", "head")
+    directions = list(pct["direction"].values)
+    if ax is not None:
+        fig, axes = ax.figure, [ax]
+        directions = directions[:1]
+    else:
+        n_layers, n_heads = pct.sizes["layer"], pct.sizes["head"]
+        width = max(2.2, 0.55 * n_heads + 0.9)
+        fig, axes = plt.subplots(1, len(directions), figsize=(width * len(directions) + 1.0, 0.42 * n_layers + 1.3),
+                                 layout="constrained", sharey=True)
+    norm = mcolors.Normalize(0, 100)
+    for a, d in zip(np.atleast_1d(axes), directions):
+        grid = pct.sel(direction=d)
+        sns.heatmap(grid.values, ax=a, cmap=_cmap(), norm=norm, annot=True, fmt=".0f", cbar=False,
+                    annot_kws={"fontsize": "x-small"}, linewidths=0.5, linecolor="white", square=False,
+                    xticklabels=[int(h) for h in grid["head"].values], yticklabels=[int(l) for l in grid["layer"].values])
+        kept = float(grid.mean())
+        a.set_title(f"{d} LSTMs · {kept:.0f}% kept")
+        a.set_xlabel("head")
+        a.set_ylabel("layer (block)" if a is np.atleast_1d(axes)[0] else "")
+        a.tick_params(axis="y", rotation=0)
+    cbar = fig.colorbar(ScalarMappable(norm=norm, cmap=_cmap()), ax=list(np.atleast_1d(axes)), shrink=0.9, aspect=25)
+    cbar.set_label("hidden units kept (%)")
+    if ax is None:
+        total = float(100 * ds["retention"].mean())
+        fig.suptitle(title or f"Hidden units kept after DeepHoyer pruning (numbers: %, overall {total:.0f}%)")
+    return fig
+
+
+# ------------------------------------------------------------------------------------------ CLS maps
+def _as_grey(image) -> np.ndarray:
+    img = np.asarray(getattr(image, "values", image), dtype=np.float32)
+    if img.ndim == 3 and img.shape[-1] == 3:
+        img = img @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
+    return np.clip(img, 0, 1)
+
+
+def plot_cls_comparison(
+    maps: xr.Dataset,
+    image=None,
+    *,
+    sample: int | None = None,
+    layers: Sequence[int] | None = None,
+    heads: Sequence[int] | None = None,
+    models: Sequence[str] | None = None,
+    alpha: float = 0.65,
+    shared_scale: bool = False,
+    title: str | None = None,
+) -> Figure:
+    """CLS-to-patch maps over the image: rows = (layer, model) with models one above the other, columns = heads.
+
+    Args:
+        maps: :func:`~workbench.analysis.compare.stack_maps` output with ``cls_map`` (row-normalised).
+        image: the sample's image ``(H, W)`` or ``(H, W, 3)`` in [0, 1]; ``None`` shows the patch grid only.
+        sample: sample label; ``None`` for the first.
+        layers: layer labels (default all); heads: head labels (default all); models: model labels (default all).
+        alpha: opacity of the map over the image.
+        shared_scale: one colour scale for all rows; default one per row (attention and saliency
+            concentrate very differently, so a shared scale hides the flatter one).
+        title: figure title.
+
+    Returns:
+        The Figure; colour = share of the CLS row over the patches, each colour bar marking the
+        uniform share 1 / patches.
+    """
+    da = maps["cls_map"]
+    sample = da["sample"].values[0] if sample is None else sample
+    da = da.sel(sample=sample)
+    layers = list(da["layer"].values) if layers is None else list(layers)
+    heads = list(da["head"].values) if heads is None else list(heads)
+    models = list(da["model"].values) if models is None else list(models)
+    rows = [(lay, m) for lay in layers for m in models]
+    panels = [[da.sel(layer=lay, model=m, head=h).transpose("y", "x").values for h in heads] for lay, m in rows]
+    tops = [float(np.nanmax([np.nanmax(p) for p in r])) for r in panels]
+    if shared_scale:
+        tops = [max(tops)] * len(tops)
+    gh, gw = da.sizes["y"], da.sizes["x"]
+    uniform = 1.0 / (gh * gw)
+    img = None if image is None else _as_grey(image)
+    extent = (-0.5, gw - 0.5, gh - 0.5, -0.5) if img is None else (-0.5, img.shape[1] - 0.5, img.shape[0] - 0.5, -0.5)
+    fig, axes = plt.subplots(len(rows), len(heads), figsize=(PANEL_INCHES * len(heads) + 1.9, PANEL_INCHES * len(rows) + 0.6),
+                             squeeze=False, layout="constrained")
+    measure = dict(zip(maps["model"].values, maps["measure"].values)) if "measure" in maps.coords else {}
+    for r, (lay, m) in enumerate(rows):
+        norm = mcolors.Normalize(0, tops[r])
+        for c, h in enumerate(heads):
+            a = axes[r, c]
+            if img is not None:
+                a.imshow(img, cmap="gray", vmin=0, vmax=1)
+            a.imshow(panels[r][c], cmap=_cmap(), norm=norm, extent=extent, alpha=alpha if img is not None else 1.0,
+                     interpolation="nearest")
+            a.set_xlim(extent[0], extent[1])
+            a.set_ylim(extent[2], extent[3])
+            a.set_xticks([])
+            a.set_yticks([])
+            a.set_title(f"layer {int(lay)} · head {int(h)}", fontsize="small")
+            if c == 0:
+                a.set_ylabel(f"{m}", fontsize="small")
+        if shared_scale and r < len(rows) - 1:
+            continue
+        cbar = fig.colorbar(ScalarMappable(norm=norm, cmap=_cmap()), ax=list(axes[: r + 1].ravel()) if shared_scale
+                            else list(axes[r]), shrink=0.9, aspect=12, pad=0.02)
+        if uniform <= tops[r]:
+            cbar.ax.axhline(uniform, color="white", lw=1.5, ls=(0, (2, 1)))
+        what = measure.get(m, "map")
+        cbar.set_label(f"share of CLS row\n({what}; - - uniform)", fontsize="x-small")
+        cbar.ax.tick_params(labelsize="x-small")
+    fig.suptitle(title or f"CLS → patch dependency, teacher vs FAR · sample {sample}")
+    return fig
+
+
+# --------------------------------------------------------------------------------------- token maps
+def _token_axes(a: Axes, kinds: np.ndarray) -> None:
+    n_pre = int((kinds != "patch").sum())
+    n = len(kinds)
+    ticks = ([(n_pre - 1) / 2] if n_pre else []) + [n_pre + (n - n_pre - 1) / 2]
+    labels = (["+".join(dict.fromkeys(kinds[:n_pre]))] if n_pre else []) + [f"{n - n_pre} patches"]
+    a.set_xticks(ticks, labels, fontsize="x-small")
+    a.set_yticks(ticks, labels, fontsize="x-small", rotation=90, va="center")
+    if n_pre:
+        a.axvline(n_pre - 0.5, color="white", lw=0.6)
+        a.axhline(n_pre - 0.5, color="white", lw=0.6)
+
+
+def plot_token_maps(
+    maps: xr.Dataset,
+    *,
+    layer: int,
+    models: Sequence[str] | None = None,
+    samples: Sequence[int] | None = None,
+    scale: str = "sqrt",
+    shared_scale: bool = False,
+    title: str | None = None,
+) -> Figure:
+    """Token-to-token maps of one layer, averaged over heads and samples (App. C.2), one panel per model.
+
+    Args:
+        maps: :func:`~workbench.analysis.compare.stack_maps` output (row-normalised ``map``).
+        layer: layer label.
+        models: model labels (default all), left to right.
+        samples: sample labels to average over (default all).
+        scale: ``"sqrt"`` (default, keeps small shares visible) or ``"linear"``.
+        shared_scale: one colour scale for all panels; default one per panel (with its colour bar).
+        title: figure title.
+
+    Returns:
+        The Figure; colour = share of the query row (mean over heads and samples).
+    """
+    da = maps["map"].sel(layer=layer)
+    if samples is not None:
+        da = da.sel(sample=list(samples))
+    avg = da.mean(("head", "sample"))
+    models = list(avg["model"].values) if models is None else list(models)
+    tops = [float(np.nanmax(avg.sel(model=m).values)) for m in models]
+    if shared_scale:
+        tops = [max(tops)] * len(tops)
+    fig, axes = plt.subplots(1, len(models), figsize=(3.1 * len(models) + 0.4, 3.0), squeeze=False, layout="constrained")
+    measure = dict(zip(maps["model"].values, maps["measure"].values)) if "measure" in maps.coords else {}
+    kinds = maps["query_kind"].values if "query_kind" in maps.coords else None
+    for i, (a, m) in enumerate(zip(axes[0], models)):
+        norm = mcolors.PowerNorm(0.5, 0, tops[i]) if scale == "sqrt" else mcolors.Normalize(0, tops[i])
+        a.imshow(avg.sel(model=m).transpose("query", "key").values, cmap=_cmap(), norm=norm, interpolation="nearest")
+        a.set_title(f"{m}", fontsize="small")
+        if kinds is not None:
+            _token_axes(a, kinds)
+        a.set_xlabel("key token (input)")
+        a.set_ylabel("query token (output)" if i == 0 else "")
+        if shared_scale and i < len(models) - 1:
+            continue
+        cbar = fig.colorbar(ScalarMappable(norm=norm, cmap=_cmap()), ax=list(axes[0]) if shared_scale else a,
+                            shrink=0.85, aspect=20, pad=0.02)
+        if isinstance(norm, mcolors.PowerNorm):
+            cbar.set_ticks(sorted({float(f"{tops[i] * f:.2g}") for f in (0, 1 / 16, 1 / 4, 9 / 16, 1)}))
+        cbar.ax.tick_params(labelsize="x-small")
+        cbar.set_label(f"share of query row ({measure.get(m, 'map')})", fontsize="x-small")
+    fig.suptitle(title or f"Token-to-token dependency · layer {layer} · mean over {da.sizes['sample']} samples "
+                          f"× {da.sizes['head']} heads", fontsize="medium")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------- agreement
+def plot_agreement(agreements: Mapping[str, xr.Dataset], *, metrics: Sequence[str] = ("spearman", "pearson", "js"),
+                   title: str | None = None) -> Figure:
+    """Per-layer agreement with a reference, one panel per metric, one line per (model vs reference).
+
+    Args:
+        agreements: label of a comparison family -> :func:`~workbench.analysis.compare.agreement`
+            output (dims ``(model, sample, layer)``); lines are named "<model> vs <reference>".
+        metrics: variables to show, one panel each.
+        title: figure title.
+
+    Returns:
+        The Figure (mean over samples, bars: ± one standard deviation over samples).
+    """
+    labels = {"pearson": "Pearson r of the maps", "spearman": "Spearman ρ of the maps",
+              "js": "JS divergence of rows (bits)", "cls_pearson": "Pearson r, CLS row",
+              "cls_js": "JS divergence, CLS row (bits)"}
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.0 * len(metrics) + 0.4, 2.8), squeeze=False, layout="constrained")
+    palette = sns.color_palette("colorblind")
+    lines = []
+    for ds in agreements.values():
+        for m in ds["model"].values:
+            lines.append((f"{m} vs {ds.attrs.get('reference', 'reference')}", ds.sel(model=m)))
+    for a, metric in zip(axes[0], metrics):
+        for i, (name, ds) in enumerate(lines):
+            if metric not in ds:
+                continue
+            mean, std = ds[metric].mean("sample"), ds[metric].std("sample")
+            layers = ds["layer"].values
+            a.errorbar(layers, mean.values, yerr=std.values, marker="o", ms=3.5, capsize=2, lw=1.3, color=palette[i],
+                       label=name)
+        a.set_xlabel("layer (block)")
+        a.set_ylabel(labels.get(metric, metric))
+        a.set_xticks(lines[0][1]["layer"].values if lines else [])
+        if metric in ("js", "cls_js"):
+            a.set_ylim(bottom=0)
+        else:
+            a.axhline(0, color="0.6", lw=0.8)
+        a.grid(alpha=0.3)
+    handles, names = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside lower center", ncols=min(3, len(names)), fontsize="small", frameon=False)
+    fig.suptitle(title or "Agreement of token maps with the reference, per layer (mean ± sd over samples)")
+    return fig
