@@ -7,7 +7,6 @@ import pytest
 import timm
 import torch
 import torch.nn.functional as F
-import xarray as xr
 
 import methods.slimswin as ss
 import methods.teachers  # noqa: F401

@@ -9,7 +9,6 @@ previous one's iterations). MAC counts at real size (Fig. 1, Table I) need no we
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import xarray as xr
 
