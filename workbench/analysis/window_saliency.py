@@ -167,7 +167,7 @@ def extract_window_saliency(
     grads = []
     for i in range(0, len(images), batch_size):
         x, t = images[i: i + batch_size], target[i: i + batch_size]
-        with gate_probes(gated, x.shape[0]) as probes:
+        with torch.enable_grad(), gate_probes(gated, x.shape[0]) as probes:  # also inside a caller's no_grad
             loss = F.cross_entropy(gated(x), t, reduction="sum")  # sum_b loss_b: d/d probe[b] = G[b]
             g = torch.autograd.grad(loss, [probes[l] for l in selected])  # each (b, W, H)
         grads.append(torch.cat([gl.detach().reshape(x.shape[0], -1) for gl in g], dim=1).double().cpu())  # (b, pairs)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 import torch.nn as nn
@@ -89,8 +91,41 @@ def _step_record(step, saliency: list[torch.Tensor], metrics: dict, iteration: i
             "train_loss": metrics.get("train_loss")}
 
 
+@contextmanager
+def _cpu_threads(n: int | None, device: torch.device) -> Iterator[None]:
+    """Use ``n`` torch CPU threads inside the block (CPU runs only), restoring the previous count."""
+    if n is None or device.type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def prune_and_finetune(run: Run, teacher: "_Teacher", cfg: SlimSwinConfig, recipe: "SlimSwinRecipe", profile: str,
                        data: str | None, device: str, start_from: Run | None, log: Callable[[str], None]) -> dict:
+    """Algorithm 1 to ``cfg.target_ratio`` then the final fine-tune, in ``run.dir``; returns the run's results.
+
+    Args:
+        run: the run being made (resumes from its ``prune/`` and ``final/`` checkpoints if present).
+        teacher: the resolved teacher (run or timm name + checkpoint).
+        cfg: SlimSwin hyper-parameters, with the run's ratio.
+        recipe: the profile's budgets (batch size, seeds, threads...).
+        profile: profile name (selects the data sets).
+        data: ImageFolder root, or None for the demo set.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        start_from: a compatible complete run whose iterations this run continues, or None.
+        log: progress lines.
+    """
+    with _cpu_threads(recipe.cpu_threads, resolve_device(device)):
+        return _prune_and_finetune(run, teacher, cfg, recipe, profile, data, device, start_from, log)
+
+
+def _prune_and_finetune(run: Run, teacher: "_Teacher", cfg: SlimSwinConfig, recipe: "SlimSwinRecipe", profile: str,
+                        data: str | None, device: str, start_from: Run | None, log: Callable[[str], None]) -> dict:
     from workbench.pipelines.teacher import datasets
 
     dev = resolve_device(device)

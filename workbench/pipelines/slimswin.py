@@ -63,6 +63,7 @@ class SlimSwinRecipe:
     saliency_images: str = "demo:val[:256]"  # image spec of the saliency-before-pruning figure (fig3)
     progress: bool = True  # progress bar during the final fine-tune
     eval_iterations: bool = True  # held-out accuracy after every iteration (recorded in history.json)
+    cpu_threads: int | None = None  # torch CPU threads during the run (None: torch's default; see RECIPES)
 
 
 #: profile -> recipe. ``paper`` is §V-B: AdamW 5e-5, wd 1e-4, KD alpha 0.7 / T 2, 15 final epochs with
@@ -72,14 +73,17 @@ RECIPES: dict[str, SlimSwinRecipe] = {
     # demo Swin: 16 prunable pairs (stage 0: 2 layers x 4 windows x 2 heads), one pair per iteration;
     # 256 saliency images, 1000-image fine-tune per iteration, 2 final epochs on the 4000 training
     # images. lr 10x the paper's: the demo teacher is not a converged ImageNet model and each
-    # iteration has only 16 updates.
+    # iteration has only 16 updates. One CPU thread: the demo Swin's matrices (49 tokens x 32
+    # channels) are too small for a second thread to help, and on a shared CPU two threads ran
+    # 10x slower than one (measured: 2.5 vs 25-30 ms per image and KD training step).
     "demo": SlimSwinRecipe(
         SlimSwinConfig(step_pairs=1, saliency_samples=256, finetune_fraction=0.25, final_epochs=2, lr=5e-4),
-        batch_size=64, saliency_images="demo:val[:256]",
+        batch_size=64, saliency_images="demo:val[:256]", cpu_threads=1,
     ),
     "smoke": SlimSwinRecipe(
         SlimSwinConfig(step_pairs=2, saliency_samples=32, finetune_fraction=0.25, final_epochs=1, lr=5e-4),
         batch_size=64, ratios=(0.33, 0.67), saliency_images="demo:val[:16]", progress=False, eval_iterations=False,
+        cpu_threads=1,
     ),
     "paper": SlimSwinRecipe(SlimSwinConfig(), batch_size=128, saliency_images="skimage:astronaut,chelsea,coffee"),
 }
