@@ -36,10 +36,21 @@ def _swin():
     return timm.create_model("swin_demo").eval()
 
 
+def _far():
+    """A FAR model of the 3-block demo ViT with some hidden units physically pruned."""
+    from methods.far import replace_attention, shrink
+
+    far = replace_attention(timm.create_model("vit_demo", depth=3))
+    keep = torch.rand(3, 4, 2, 16, generator=torch.Generator().manual_seed(0)) > 0.3
+    return shrink(far, keep).eval()
+
+
 # name -> (model factory, input shape (B, C, H, W), layers subset to test)
 CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...], list[int]]] = {
     "attention": (_vit, (2, 1, 28, 28), [0, 2]),
     "window_attention": (_swin, (2, 1, 28, 28), [0, 1]),
+    "retention": (_far, (2, 1, 28, 28), [0, 2]),
+    "dependency": (_far, (2, 1, 28, 28), [0, 2]),
     "window_saliency": (_swin, (2, 1, 28, 28), [0, 1]),
 }
 

@@ -75,6 +75,7 @@ class FARConfig:
     hidden_dim: Optional[int] = None  # LSTM hidden size U; None = the teacher's head_dim (§3.2)
     lstm_bias: bool = True  # nn.LSTM's bias_ih and bias_hh
     layers: Optional[tuple[int, ...]] = None  # block indices to replace; None = all (global replacement, §3.1)
+    out_init: Literal["default", "zero"] = "default"  # output projection init; "zero": each block starts as the teacher block minus its attention
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,11 @@ def replace_attention(teacher: nn.Module, cfg: Optional[FARConfig] = None) -> nn
             attn.qkv.in_features, attn.num_heads, attn.head_dim, hidden_dim=cfg.hidden_dim,
             own_norm=cfg.own_norm, bias=cfg.lstm_bias, norm_eps=getattr(blk.norm1, "eps", 1e-6),
         )
+        if cfg.out_init == "zero":
+            nn.init.zeros_(sub.out_proj.weight)
+            nn.init.zeros_(sub.out_proj.bias)
+        elif cfg.out_init != "default":
+            raise ValueError(f"out_init must be 'default' or 'zero', got {cfg.out_init!r}")
         blk.attn = sub.to(device=ref.device, dtype=ref.dtype)
     return student
 
