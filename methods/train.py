@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Literal
 
@@ -60,6 +60,7 @@ class TrainConfig:
     eval_every: int = 1  # evaluate on the held-out set every N epochs (and at the last)
     num_workers: int = 0  # DataLoader workers
     progress: bool = True  # show a progress bar (rank 0 only)
+    cpu_threads: int | None = None  # torch intra-op threads on CPU during fit (None: torch's default)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -199,8 +200,16 @@ def fit(
     from timm.optim import create_optimizer_v2
     from timm.scheduler import create_scheduler_v2
 
-    rank, world = init_distributed()
     device = resolve_device(cfg.device)
+    if device.type == "cpu" and cfg.cpu_threads:
+        previous = torch.get_num_threads()
+        torch.set_num_threads(cfg.cpu_threads)
+        try:
+            return fit(model, train_set, val_set, replace(cfg, cpu_threads=None), loss_fn=loss_fn, after_step=after_step,
+                       ckpt_dir=ckpt_dir, on_epoch_end=on_epoch_end, params=params, stop_after=stop_after)
+        finally:
+            torch.set_num_threads(previous)
+    rank, world = init_distributed()
     model.to(device)
     loss_fn = loss_fn or cross_entropy(cfg.label_smoothing)
     trainable = [p for p in (params if params is not None else model.parameters()) if p.requires_grad]

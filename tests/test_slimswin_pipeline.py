@@ -251,3 +251,12 @@ def test_slimswin_figures_render(tmp_path, run033):
     assert (table["model"] == "demo Swin @28").sum() == 1 + len(get_recipe("smoke").ratios)  # unpruned + the sweep
     index = (out / "index.md").read_text()
     assert "slimswin-r0.67-swin-smoke" in index and "window_saliency" in index
+
+
+def test_slimswin_plots_and_views_do_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, workbench.plots.slimswin, workbench.analysis.window_saliency; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0

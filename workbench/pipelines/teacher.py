@@ -61,7 +61,7 @@ def train_teacher(
         cfg = replace(cfg, epochs=epochs)
     model_kwargs = {} if data is None else {"num_classes": len(_classes(data))}
     config = {"method": "teacher", "model_name": name, "model_kwargs": model_kwargs, "profile": profile,
-              "data": data or "demo", "train": {k: v for k, v in cfg.to_dict().items() if k not in ("device", "progress")}}
+              "data": data or "demo", "train": {k: v for k, v in cfg.to_dict().items() if k not in ("device", "progress", "cpu_threads")}}
 
     def body(run: Run) -> dict:
         model = create_model(name, **model_kwargs)
