@@ -1,0 +1,55 @@
+"""FAR plots from Datasets alone: titles, labelled axes, colour bars with units; no torch needed."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import xarray as xr  # noqa: E402
+
+from workbench.analysis.compare import agreement, stack_maps  # noqa: E402
+from workbench.plots.far import plot_agreement, plot_cls_comparison, plot_retention, plot_token_maps  # noqa: E402
+from test_compare import _maps  # noqa: E402
+
+
+def _colorbar_labels(fig) -> list[str]:
+    return [a.get_ylabel() for a in fig.axes if a.get_label() == "<colorbar>"]
+
+
+def test_plot_retention():
+    kept = np.zeros((3, 2, 2))
+    kept[0, 0, 0], kept[2, 1, 1] = 1.0, 0.25
+    ds = xr.Dataset({"retention": (("layer", "head", "direction"), kept)},
+                    coords={"layer": [0, 1, 2], "head": [0, 1], "direction": ["forward", "reverse"]})
+    fig = plot_retention(ds)
+    axes = [a for a in fig.axes if a.get_label() != "<colorbar>"]
+    assert [a.get_title() for a in axes] == ["forward LSTMs · 17% kept", "reverse LSTMs · 4% kept"]
+    assert axes[0].get_xlabel() == "head" and axes[0].get_ylabel() == "layer (block)"
+    texts = [t.get_text() for t in axes[0].texts]
+    assert texts[0] == "100" and texts.count("0") == 5  # % annotated per (layer, head)
+    assert _colorbar_labels(fig) == ["hidden units kept (%)"]
+    assert "overall" in fig._suptitle.get_text()
+    plt.close(fig)
+
+
+def test_plot_maps_and_agreement():
+    maps = stack_maps({"teacher attention": _maps("attention", 0), "FAR saliency": _maps("dependency", 1)})
+    image = np.random.default_rng(0).random((16, 16))
+    fig = plot_cls_comparison(maps, image, layers=[2], heads=[0, 1])
+    axes = [a for a in fig.axes if a.get_label() != "<colorbar>"]
+    assert len(axes) == 4 and axes[0].get_ylabel() == "teacher attention" and axes[2].get_ylabel() == "FAR saliency"
+    assert len(_colorbar_labels(fig)) == 2 and all("share of CLS row" in s for s in _colorbar_labels(fig))
+    plt.close(fig)
+    fig = plot_token_maps(maps, layer=1)
+    axes = [a for a in fig.axes if a.get_label() != "<colorbar>"]
+    assert [a.get_title() for a in axes] == ["teacher attention", "FAR saliency"]
+    assert axes[0].get_xlabel() == "key token (input)" and axes[0].get_ylabel() == "query token (output)"
+    assert "layer 1" in fig._suptitle.get_text() and len(_colorbar_labels(fig)) == 2
+    plt.close(fig)
+    fig = plot_agreement({"paper-style": agreement(maps, reference="teacher attention")})
+    axes = [a for a in fig.axes]
+    assert [a.get_xlabel() for a in axes] == ["layer (block)"] * 3
+    assert fig.legends and "FAR saliency vs teacher attention" in [t.get_text() for t in fig.legends[0].texts]
+    plt.close(fig)
