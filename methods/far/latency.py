@@ -15,16 +15,28 @@ same cost.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 import torch.nn as nn
 
 from .hoyer import _subs
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int = 1) -> Iterator[None]:
+    """Within the context, torch uses ``n`` CPU threads (restored afterwards)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def uniform_keep_masks(model: nn.Module, keep_fraction: float) -> torch.Tensor:
@@ -49,9 +61,7 @@ def torch_latency_ms(model: nn.Module, img_size: int, *, repeats: int = 3, warmu
     """Median wall time (ms) of ``repeats`` single-image forward passes after ``warmup`` ones, on ``threads`` CPU threads."""
     model = model.eval()
     x = _input(model, img_size)
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with cpu_threads(threads):
         for _ in range(warmup):
             model(x)
         times = []
@@ -59,8 +69,6 @@ def torch_latency_ms(model: nn.Module, img_size: int, *, repeats: int = 3, warmu
             start = time.perf_counter()
             model(x)
             times.append(1e3 * (time.perf_counter() - start))
-    finally:
-        torch.set_num_threads(old)
     return statistics.median(times)
 
 

@@ -23,6 +23,13 @@ DEFAULT_SET = (("tiny", "small", "base"), (224, 384), 3, 1)
 
 
 def _measure(variants, sizes, repeats, warmup, demo_models, log) -> list[dict]:
+    from methods.far.latency import cpu_threads
+
+    with cpu_threads(1):  # building and counting too: a second thread only oversubscribes a shared 2-core CPU
+        return _measure_all(variants, sizes, repeats, warmup, demo_models, log)
+
+
+def _measure_all(variants, sizes, repeats, warmup, demo_models, log) -> list[dict]:
     import torch
 
     from methods.far import FAR_VARIANTS, PAPER_TABLE2, count_flops, replace_attention, shrink
