@@ -350,3 +350,24 @@ def test_real_size_deit_tiny_matches_table2():
     assert ours_t["params"] / 1e6 == pytest.approx(paper_t.params_m, rel=0.01)
     assert ours_f["params"] / 1e6 == pytest.approx(paper_f.params_m, rel=0.01)
     assert math.isclose(ours_t["macs"], 1_253_683_200)
+
+
+def test_zero_out_init_starts_as_teacher_without_attention(teacher, images):
+    """out_init="zero": every replaced block initially computes x + MLP(LN2(x)) (its attention removed)."""
+    student = replace_attention(teacher, FARConfig(out_init="zero")).eval()
+    x = torch.randn(2, T, 32)
+    blk, ref = student.blocks[0], teacher.blocks[0]
+    torch.testing.assert_close(blk(x), x + ref.mlp(ref.norm2(x)))
+    with pytest.raises(ValueError, match="out_init"):
+        replace_attention(teacher, FARConfig(out_init="ones"))
+
+
+def test_uniform_keep_masks_and_latency(teacher):
+    from methods.far.latency import torch_latency_ms, uniform_keep_masks
+
+    student = replace_attention(teacher)
+    masks = uniform_keep_masks(student, 0.5)
+    assert masks.shape == (2, 2, 2, 16) and masks.sum(-1).eq(8).all() and masks[..., :8].all()
+    small = shrink(student, masks)
+    assert all(s.hidden_sizes() == [(8, 8), (8, 8)] for _, s in substitutes(small))
+    assert torch_latency_ms(small, 32, repeats=2, warmup=1) > 0

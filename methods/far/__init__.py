@@ -11,7 +11,10 @@ Eq. 5–6). Submodules:
 - :mod:`.losses` — :func:`similarity_loss`, :class:`FARLoss` (Table 3 schedules);
 - :mod:`.hoyer` — group norms, Hoyer regulariser, masks, :func:`shrink`;
 - :mod:`.flops` — params / MACs per component and the paper's Table 2;
-- :mod:`.config` — size variants and the hyperparameters of App. A.
+- :mod:`.config` — size variants and the hyperparameters of App. A;
+- :mod:`.adjoint` — the BiLSTM's input gradients for all output tokens at once (token dependency, §4.3);
+- :mod:`.latency` — single-image CPU latency in PyTorch / ONNX Runtime (App. A.4), uniform pruning masks;
+- :mod:`.paper` — the paper's Table 1 and Table 3 numbers.
 
 Typical use::
 

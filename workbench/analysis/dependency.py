@@ -35,264 +35,33 @@ Four implementations of the same quantity:
   per-output-token loop of the FAR authors' analysis;
 - :func:`dependency_captum` — ``captum.attr.Saliency`` on a wrapper selecting one (head, query).
 
-Speed (benchmarks/token_dependency.py, DeiT-Tiny-sized block, T = 197, B = 2, one CPU thread):
-see that script's docstring for the measured ratios; :func:`model_dependency` uses the factored
-form whenever the block allows it.
+Speed (benchmarks/token_dependency.py, DeiT-Tiny-sized block, T = 197, B = 2, one CPU thread,
+float32): factored is ~50x faster than the per-(head, query) loop for attention and ~6x for FAR
+(whose LSTM adjoints are FLOP-bound); the vmap form is 0.3–0.5x of the loop, captum 0.2–0.9x.
+:func:`model_dependency` uses the factored form whenever the block allows it.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
-from dataclasses import dataclass
 from typing import Callable, Literal, Optional, Sequence
 
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import xarray as xr
 from einops import rearrange
 
-from methods.far import MultiHeadBiLSTM, check_vit, embed_tokens
-from methods.far.adjoint import bilstm_head_adjoint
+from methods.far import check_vit, embed_tokens
 from workbench.analysis import register
+from workbench.analysis.head_fns import HeadFn, head_output_fn
 from workbench.analysis.tokens import vit_token_layout
 from workbench.provenance import config_json
 
-#: ``fn(x, heads) -> (B, T, len(heads), C)``; ``heads=None`` means all heads.
-HeadOutputs = Callable[[torch.Tensor, Optional[Sequence[int]]], torch.Tensor]
-#: ``local(x, head) -> z``: the per-token part of one head, ``(..., D) -> (..., Z)``.
-LocalFn = Callable[[torch.Tensor, int], torch.Tensor]
-#: ``mixer_vjp(z, head, queries) -> (Q, B, T, Z)``: ∂(Σ_c y[:, q, head, c]) / ∂z for every query.
-MixerVJP = Callable[[torch.Tensor, int, Sequence[int]], torch.Tensor]
+__all__ = ["HeadFn", "head_output_fn", "dependency_factored", "dependency", "dependency_loop", "dependency_captum",
+           "block_inputs", "model_dependency", "extract_dependency", "token_jacobians", "auto_chunk_size"]
 
 Method = Literal["auto", "factored", "batched", "loop"]
-
-
-@dataclass(frozen=True)
-class HeadFn:
-    """Per-head outputs of one block as a function of the block input.
-
-    Calling ``f(x)`` gives ``(B, T, N, C)``; ``f(x, [h])`` computes head h only (``(B, T, 1, C)``),
-    which is what the dependency functions use so that a backward never runs through other heads.
-    ``local`` and ``mixer_vjp`` (both or neither) describe the head as token mixer ∘ per-token map,
-    which :func:`dependency_factored` needs.
-    """
-
-    fn: HeadOutputs  # (x (B, T, D), heads) -> (B, T, n, C)
-    num_heads: int  # N
-    local: Optional[LocalFn] = None  # per-token part of head h, (..., D) -> (..., Z)
-    mixer_vjp: Optional[MixerVJP] = None  # token mixer's input gradients for many queries
-    rows: Optional[Callable[[torch.Tensor, int, Sequence[int]], Optional[torch.Tensor]]] = None  # closed form (B, Q, T), or None
-
-    def __call__(self, x: torch.Tensor, heads: Optional[Sequence[int]] = None) -> torch.Tensor:
-        return self.fn(x, heads)
-
-    @property
-    def factored(self) -> bool:
-        return self.local is not None and self.mixer_vjp is not None
-
-
-# ------------------------------------------------------------------------------------ head functions
-def _attention_rows(attn: nn.Module, heads: Sequence[int]) -> torch.Tensor:
-    """Rows of ``qkv.weight`` of the given heads, ``(q, k, v)``-major: qkv rows are (3, N, D_h)-ordered."""
-    nh, dh = attn.num_heads, attn.head_dim
-    return torch.arange(3 * nh * dh, device=attn.qkv.weight.device).view(3, nh, dh)[:, list(heads)].reshape(-1)
-
-
-def _attention_heads(block: nn.Module, x: torch.Tensor, heads: Optional[Sequence[int]]) -> torch.Tensor:
-    """Per-head ``softmax(q kᵀ · scale) v`` of a timm ``Block``/``Attention``: ``(B, T, n, D_h)``."""
-    attn = block.attn
-    xn = block.norm1(x)  # (B, T, D)
-    b, t, _ = xn.shape
-    idx = list(range(attn.num_heads)) if heads is None else list(heads)
-    dh = attn.head_dim
-    rows = _attention_rows(attn, idx)
-    bias = None if attn.qkv.bias is None else attn.qkv.bias[rows]
-    qkv = F.linear(xn, attn.qkv.weight[rows], bias)  # (B, T, 3·n·D_h)
-    qkv = qkv.reshape(b, t, 3, len(idx), dh).permute(2, 0, 3, 1, 4)  # (3, B, n, T, D_h)
-    q, k, v = qkv.unbind(0)
-    q, k = attn.q_norm(q), attn.k_norm(k)
-    probs = ((q * attn.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # (B, n, T, T), no mask in a ViT
-    out = (probs @ v).transpose(1, 2)  # (B, T, n, D_h)
-    if getattr(attn, "gate", None) is not None:  # elementwise gate: per head, so still separable
-        gate = attn.gate(xn).sigmoid().reshape(b, t, attn.num_heads, attn.head_dim)
-        out = out * gate[:, :, idx]
-    return out
-
-
-def _head_weights(attn: nn.Module, head: int) -> dict[str, tuple[torch.Tensor, Optional[torch.Tensor]]]:
-    """(weight, bias) of head h's q, k, v (and gate) projections: weights ``(D_h, D)``."""
-    dh, nh = attn.head_dim, attn.num_heads
-    w = attn.qkv.weight.view(3, nh, dh, -1)[:, head]  # (3, D_h, D)
-    b = None if attn.qkv.bias is None else attn.qkv.bias.view(3, nh, dh)[:, head]
-    out = {name: (w[i], None if b is None else b[i]) for i, name in enumerate("qkv")}
-    if getattr(attn, "gate", None) is not None:
-        cols = slice(head * dh, (head + 1) * dh)
-        out["g"] = (attn.gate.weight[cols], None if attn.gate.bias is None else attn.gate.bias[cols])
-    return out
-
-
-def _attention_mixer_vjp_func(attn: nn.Module, xn: torch.Tensor, head: int, queries: Sequence[int]) -> torch.Tensor:
-    """``∂(Σ_c y[:, q, c]) / ∂LN1(x)`` of attention head h for every query: ``vmap`` over one query's row
-    of ``torch.func.grad`` (any q/k norm or gate). ``(Q, B, T, D)``."""
-    wts = _head_weights(attn, head)
-    onehots = torch.eye(xn.shape[1], dtype=xn.dtype, device=xn.device)[list(queries)]  # (Q, T)
-
-    def row_sum(z: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
-        zq = torch.einsum("t,btd->bd", onehot, z)  # the query token's input: (B, D)
-        q = attn.q_norm(F.linear(zq, *wts["q"]))  # (B, D_h)
-        k = attn.k_norm(F.linear(z, *wts["k"]))  # (B, T, D_h); not batched over queries by vmap
-        v = F.linear(z, *wts["v"])
-        probs = torch.softmax(attn.scale * torch.einsum("bc,btc->bt", q, k), dim=-1)  # the query's row: (B, T)
-        y = torch.einsum("bt,btc->bc", probs, v)  # (B, D_h)
-        if "g" in wts:
-            y = y * F.linear(zq, *wts["g"]).sigmoid()
-        return y.sum()  # Σ over c and samples (samples are independent)
-
-    return torch.func.vmap(torch.func.grad(row_sum), in_dims=(None, 0))(xn, onehots)
-
-
-def _attention_mixer_vjp(attn: nn.Module, xn: torch.Tensor, head: int, queries: Sequence[int]) -> torch.Tensor:
-    """The same as :func:`_attention_mixer_vjp_func` in closed form, for all queries at once.
-
-    With s = scale·Q Kᵀ, P = softmax(s), Y = P V, gate G (1 without), F_q = Σ_c Y_qc G_qc and
-    U_qj = Σ_c V_jc G_qc, the row sums' gradients are dS = P ⊙ (U − F) and
-
-        ∂F_q/∂z_k = dS_qk · scale·W_kᵀ Q_q + P_qk · W_vᵀ G_q
-                    + [k = q] · (scale·W_qᵀ Σ_j dS_qj K_j + W_gᵀ (Y_q ⊙ G_q ⊙ (1 − G_q))),
-
-    whose first two terms are rank one in (q, k): no per-pair matmul. Needs ``q_norm``/``k_norm``
-    to be identities (timm's default); otherwise :func:`_attention_mixer_vjp_func` is used.
-    """
-    if not (isinstance(attn.q_norm, nn.Identity) and isinstance(attn.k_norm, nn.Identity)):
-        return _attention_mixer_vjp_func(attn, xn, head, queries)
-    wts = _head_weights(attn, head)
-    qs = torch.as_tensor(list(queries), device=xn.device)
-    q_all, k, v = (F.linear(xn, *wts[n]) for n in "qkv")  # (B, T, D_h)
-    q = q_all[:, qs]  # (B, Q, D_h)
-    gate = F.linear(xn[:, qs], *wts["g"]).sigmoid() if "g" in wts else None  # (B, Q, D_h)
-    probs = torch.softmax(attn.scale * q @ k.transpose(1, 2), dim=-1)  # (B, Q, T)
-    y = probs @ v  # (B, Q, D_h)
-    if gate is None:
-        u = v.sum(-1)[:, None, :]  # (B, 1, T)
-        f = y.sum(-1, keepdim=True)  # (B, Q, 1)
-        wv = wts["v"][0].sum(0).expand(*q.shape[:2], -1)  # W_vᵀ 1: (B, Q, D)
-    else:
-        u = gate @ v.transpose(1, 2)  # (B, Q, T)
-        f = (y * gate).sum(-1, keepdim=True)
-        wv = gate @ wts["v"][0]  # W_vᵀ G_q: (B, Q, D)
-    ds = probs * (u - f)  # (B, Q, T)
-    wk = attn.scale * q @ wts["k"][0]  # scale·W_kᵀ Q_q: (B, Q, D)
-    dz = ds[..., None] * wk[:, :, None, :] + probs[..., None] * wv[:, :, None, :]  # (B, Q, T, D)
-    own = attn.scale * (ds @ k) @ wts["q"][0]  # through the query's own q: (B, Q, D)
-    if gate is not None:
-        own = own + (y * gate * (1 - gate)) @ wts["g"][0]
-    dz[:, torch.arange(len(qs), device=xn.device), qs] += own
-    return rearrange(dz, "b q t d -> q b t d")
-
-
-def _layer_norm_parts(norm: nn.Module, x: torch.Tensor) -> Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """``(x̂, σ, γ)`` of a LayerNorm over the last dim (x̂ = (x − μ)/σ, σ = √(var + eps)); None if not one."""
-    if not isinstance(norm, nn.LayerNorm) or len(norm.normalized_shape) != 1:
-        return None
-    sigma = (x.var(-1, unbiased=False, keepdim=True) + norm.eps).sqrt()  # (B, T, 1)
-    gamma = norm.weight if norm.weight is not None else x.new_ones(x.shape[-1])
-    return (x - x.mean(-1, keepdim=True)) / sigma, sigma, gamma
-
-
-def _attention_rows_closed_form(block: nn.Module, x: torch.Tensor, head: int, queries: Sequence[int]) -> Optional[torch.Tensor]:
-    """Dependency rows ``(B, Q, T)`` of attention head h without materialising a D-vector per (q, k).
-
-    Uses :func:`_attention_mixer_vjp`'s closed form, ∂F_q/∂z_k = a_qk α_q + b_qk β_q (+ ω_q at
-    k = q) with a = dS, b = P, through the block's LayerNorm, whose input gradient at token k is
-    (g − mean(g) − x̂_k mean(g ⊙ x̂_k)) / σ_k for g = γ ⊙ ∂F_q/∂z_k. Its squared norm expands into
-    inner products of α_q, β_q, 1 and x̂_k — a few (T × D)·(D × Q) matmuls instead of Q·T·D work.
-    The k = q entries (with ω) are computed directly. None when the block is not LayerNorm →
-    plain attention (then the generic factored path runs).
-    """
-    attn = block.attn
-    parts = _layer_norm_parts(block.norm1, x)
-    if parts is None or not (isinstance(attn.q_norm, nn.Identity) and isinstance(attn.k_norm, nn.Identity)):
-        return None
-    xhat, sigma, gamma = parts
-    d = x.shape[-1]
-    wts = _head_weights(attn, head)
-    xn = block.norm1(x)
-    qs = torch.as_tensor(list(queries), device=x.device)
-    k, v = F.linear(xn, *wts["k"]), F.linear(xn, *wts["v"])  # (B, T, D_h)
-    q = F.linear(xn[:, qs], *wts["q"])  # (B, Q, D_h)
-    gate = F.linear(xn[:, qs], *wts["g"]).sigmoid() if "g" in wts else None
-    probs = torch.softmax(attn.scale * q @ k.transpose(1, 2), dim=-1)  # (B, Q, T)
-    y = probs @ v
-    if gate is None:
-        u, f = v.sum(-1)[:, None, :], y.sum(-1, keepdim=True)
-        beta = wts["v"][0].sum(0).expand(*q.shape[:2], -1)  # W_vᵀ 1: (B, Q, D)
-    else:
-        u, f = gate @ v.transpose(1, 2), (y * gate).sum(-1, keepdim=True)
-        beta = gate @ wts["v"][0]  # W_vᵀ G_q
-    a = probs * (u - f)  # dS: (B, Q, T)
-    alpha = attn.scale * q @ wts["k"][0]  # scale·W_kᵀ Q_q: (B, Q, D)
-    al, be = gamma * alpha, gamma * beta  # γ ⊙ α, γ ⊙ β
-    b = probs
-    gg = a * a * (al * al).sum(-1, keepdim=True) + 2 * a * b * (al * be).sum(-1, keepdim=True) + b * b * (be * be).sum(-1, keepdim=True)
-    m = (a * al.sum(-1, keepdim=True) + b * be.sum(-1, keepdim=True)) / d  # mean(g): (B, Q, T)
-    n = (a * (al @ xhat.transpose(1, 2)) + b * (be @ xhat.transpose(1, 2))) / d  # mean(g ⊙ x̂_k)
-    xx = (xhat * xhat).sum(-1)[:, None, :]  # x̂_k · x̂_k: (B, 1, T)
-    x1 = xhat.sum(-1)[:, None, :]  # 1 · x̂_k (0 up to rounding)
-    sq = gg - d * m * m - 2 * d * n * n + n * n * xx + 2 * m * n * x1
-    out = sq.clamp_min(0).sqrt() / sigma.transpose(1, 2)  # (B, Q, T)
-    # k = q: the query's own q (and gate) add ω_q; compute those entries directly
-    own = attn.scale * (a @ k) @ wts["q"][0]
-    if gate is not None:
-        own = own + (y * gate * (1 - gate)) @ wts["g"][0]
-    iq = torch.arange(len(qs), device=x.device)
-    g = gamma * (a[:, iq, qs, None] * alpha + b[:, iq, qs, None] * beta + own)  # (B, Q, D)
-    xq, sq_ = xhat[:, qs], sigma[:, qs]
-    dx = (g - g.mean(-1, keepdim=True) - xq * (g * xq).mean(-1, keepdim=True)) / sq_
-    out[:, iq, qs] = dx.norm(dim=-1)
-    return out
-
-
-def _far_local(block: nn.Module, x: torch.Tensor, head: int) -> torch.Tensor:
-    """Per-token part of FAR head n: the LSTM input I_n = Proj_in(LN(LN1(x)))[n], ``(..., D) -> (..., D_h)``."""
-    sub = block.attn
-    rows = slice(head * sub.head_dim, (head + 1) * sub.head_dim)
-    return F.linear(sub.norm(block.norm1(x)), sub.in_proj.weight[rows], sub.in_proj.bias[rows])
-
-
-def head_output_fn(block: nn.Module) -> HeadFn:
-    """Per-head outputs of a timm ViT ``Block`` (teacher ``Attention`` or FAR substitute).
-
-    Args:
-        block: ``timm.models.vision_transformer.Block``; its ``.attn`` is a timm ``Attention`` or
-            a :class:`methods.far.MultiHeadBiLSTM`. Put it in eval mode yourself.
-
-    Returns:
-        A :class:`HeadFn` mapping the block input x_l ``(B, T, D)`` to ``(B, T, N, C)``:
-        C = D_h for attention (``attn @ v``), 2·U for FAR (forward then reverse units).
-
-    Raises:
-        TypeError: ``block.attn`` is neither, or an attention whose output norm mixes heads.
-    """
-    attn = getattr(block, "attn", None)
-    if isinstance(attn, MultiHeadBiLSTM):
-        return HeadFn(
-            lambda x, heads=None: attn.forward_heads(block.norm1(x), heads), attn.num_heads,
-            local=lambda x, h: _far_local(block, x, h),
-            mixer_vjp=lambda z, h, qs: bilstm_head_adjoint(attn, h, z, qs),
-        )
-    if attn is not None and all(hasattr(attn, a) for a in ("qkv", "num_heads", "head_dim", "scale")):
-        if not isinstance(getattr(attn, "norm", nn.Identity()), nn.Identity):
-            raise TypeError("attention with scale_norm normalises over all heads together: per-head dependency is undefined")
-        return HeadFn(
-            lambda x, heads=None: _attention_heads(block, x, heads), attn.num_heads,
-            local=lambda x, h: block.norm1(x),
-            mixer_vjp=lambda z, h, qs: _attention_mixer_vjp(attn, z, h, qs),
-            rows=lambda x, h, qs: _attention_rows_closed_form(block, x, h, qs),
-        )
-    raise TypeError(f"block.attn must be a timm Attention or a FAR MultiHeadBiLSTM, got {type(attn).__name__}")
 
 
 def _per_head(fn: Callable) -> list[Callable[[torch.Tensor], torch.Tensor]]:
@@ -360,8 +129,10 @@ def dependency_factored(
             z, local_vjp = torch.func.vjp(lambda v: fn.local(v, h), x)  # z: (B, T, Z)
         gram = None
         if z.shape[-1] < d:  # narrow z (FAR: D_h < D): per-token Jacobians and their Gram matrices
-            with torch.enable_grad():
-                jac = token_jacobians(lambda v: fn.local(v, h), x)  # (B, T, Z, D)
+            jac = fn.jacobian(x, h) if fn.jacobian is not None else None
+            if jac is None:
+                with torch.enable_grad():
+                    jac = token_jacobians(lambda v: fn.local(v, h), x)  # (B, T, Z, D)
             gram = jac @ jac.transpose(-1, -2)  # (B, T, Z, Z): J_k J_kᵀ
         rows = []
         for start in range(0, len(qs), chunk_size):

@@ -43,7 +43,6 @@ from methods.far import (
     count_flops,
     freeze_for_distillation,
     from_scratch,
-    kept_masks,
     mask_hook,
     prune_masks,
     replace_attention,
@@ -52,89 +51,13 @@ from methods.far import (
     unfreeze_all,
 )
 from methods.train import TrainConfig, atomic_save_safetensors, evaluate, fit, is_main, resolve_device
+from workbench.pipelines.far_budgets import BUDGETS, FARBudget, get_budget
 from workbench.models import create_model, load_model, load_weights, read_state_dict, register_builder
 from workbench.runs import Run, RunError, ensure_run, open_run, runs_root
 
 __all__ = ["BUDGETS", "FARBudget", "get_budget", "run_far", "run_far_ablation", "far_run_id", "load_masks"]
 
 Schedule = Literal["scratch", "cls", "sim", "combined"]
-
-
-@dataclass(frozen=True)
-class FARBudget:
-    """Budgets of one profile's FAR runs: the phases of §3.1 / §3.3 and the pruning rule."""
-
-    distill: TrainConfig  # distillation phase: substitutes only, Eq. 4 (App. A.1)
-    finetune: TrainConfig  # finetuning phase: everything, CE (App. A.1)
-    regularise: TrainConfig  # DeepHoyer-regularised training of everything (App. A.2)
-    masked_finetune: TrainConfig  # finetuning with the pruning masks fixed (App. A.2)
-    hoyer_weight: float = 1e-4  # weight of Σ_(layer, head, direction) Eq. 6 added to CE (App. A.2)
-    threshold: float = 1e-4  # prune units whose group L2 norm is below this (App. A.2)
-    grouping: str = "full"  # pruning group of a unit: "full" (W_ih, W_hh rows+column, out-proj column) or "rows"
-    lam: float = 1.0  # λ of Eq. 4 (§4.1)
-    sim_input: str = "student"  # student blocks see their own inputs in Eq. 3 (one pass, Fig. 1)
-    drop_path: float = 0.0  # stochastic depth of the student during training (App. A.1: 0.1)
-    far: FARConfig = FARConfig()  # substitute architecture and initialisation (§3.2)
-    ablation: Optional[tuple[TrainConfig, TrainConfig]] = None  # (distill, finetune) of the Table 3 runs; None = the main ones
-    scratch_lr: Optional[float] = None  # learning rate of the "scratch" (TFS) schedule, which trains a whole ViT; None = distill's
-
-
-def _tc(epochs: int, lr: float, **kw) -> TrainConfig:
-    """A demo/smoke phase: AdamW, cosine, label smoothing 0.1, one CPU thread (these models are tiny:
-    a second thread mostly adds synchronisation, and on a shared 2-core machine oversubscribes it)."""
-    return TrainConfig(epochs=epochs, lr=lr, **{"batch_size": 64, "weight_decay": 0.05, "warmup_epochs": 0,
-                                                "label_smoothing": 0.1, "cpu_threads": 1, **kw})
-
-
-#: profile -> budgets. ``paper`` is App. A.1/A.2 for FAR-Tiny (AdamW, wd 0.05, batch 256, distill 200
-#: epochs at 5e-4 with 5 warm-up epochs from 1e-5, finetune 100 epochs at 5e-5, DeepHoyer 1e-4 for
-#: 100 epochs at 5e-5 with 5 warm-up epochs, threshold 1e-4, masked finetune 100 epochs; drop path
-#: 0.1; AMP). Small/Base use finetune 2e-5 and pruning 5e-6 (``methods.far.FAR_VARIANTS``).
-BUDGETS: dict[str, FARBudget] = {
-    # demo: the vit_demo teacher (6 blocks, 4 heads of 16) on MNIST-5k, ~3 CPU minutes for all runs.
-    # Distillation: 5 epochs instead of 200 need a 20x larger learning rate (1e-2; 2e-3 reached 25% in
-    # 3 epochs, 1e-2 90% in 6), batch 32 (twice the updates at the same cost per image) and a zero-
-    # initialised output projection (each block starts as the teacher block without attention:
-    # 44% vs 25% after 3 epochs at 2e-3).
-    # Pruning: with the paper's weight 1e-4 (and lr 5e-5) for 100 epochs, 2 demo epochs move no group
-    # norm (~2-3 after distillation) anywhere near the 1e-4 threshold: nothing would be pruned
-    # (measured: weight 1e-2 at lr 1e-3 still left every norm above 0.8). A 1000x weight (1e-1) at lr
-    # 5e-3 drives ~45% of the groups below the paper's threshold 1e-4 in 2 epochs (weight 3e-1 at
-    # 3e-3: 19%), so the demo keeps the paper's threshold. Table 3: 1 distillation epoch (125 updates) per
-    # schedule, no finetuning; TFS trains a whole ViT, at the teacher recipe's lr 1e-3.
-    "demo": FARBudget(
-        distill=_tc(5, 1e-2, batch_size=32, warmup_epochs=1),
-        finetune=_tc(1, 3e-4, batch_size=32),
-        regularise=_tc(2, 5e-3, batch_size=32),
-        masked_finetune=_tc(1, 3e-4, batch_size=32),
-        hoyer_weight=1e-1,
-        threshold=1e-4,
-        far=FARConfig(out_init="zero"),
-        ablation=(_tc(1, 1e-2, batch_size=32), _tc(0, 3e-4, batch_size=32)),
-        scratch_lr=1e-3,
-    ),
-    # smoke: a few updates per phase, only to exercise the pipeline; the threshold makes sure some units go.
-    "smoke": FARBudget(
-        distill=_tc(1, 2e-3, progress=False), finetune=_tc(1, 3e-4, progress=False),
-        regularise=_tc(1, 1e-3, progress=False), masked_finetune=_tc(1, 3e-4, progress=False),
-        hoyer_weight=1e-2, threshold=1.98,  # group norms are ~1.8-2.15 after 4 updates: prunes about half
-        far=FARConfig(out_init="zero"),
-    ),
-    "paper": FARBudget(
-        distill=TrainConfig(epochs=200, batch_size=256, lr=5e-4, weight_decay=0.05, warmup_epochs=5, warmup_lr=1e-5, amp=True),
-        finetune=TrainConfig(epochs=100, batch_size=256, lr=5e-5, weight_decay=0.05, warmup_epochs=0, amp=True),
-        regularise=TrainConfig(epochs=100, batch_size=256, lr=5e-5, weight_decay=0.05, warmup_epochs=5, warmup_lr=1e-5, amp=True),
-        masked_finetune=TrainConfig(epochs=100, batch_size=256, lr=5e-5, weight_decay=0.05, warmup_epochs=0, amp=True),
-        hoyer_weight=1e-4, threshold=1e-4, drop_path=0.1,
-    ),
-}
-
-
-def get_budget(profile: str) -> FARBudget:
-    """The FAR budgets of ``profile``; raises ``ValueError`` for an unknown one."""
-    if profile not in BUDGETS:
-        raise ValueError(f"unknown profile {profile!r} for far; choose from {', '.join(BUDGETS)}")
-    return BUDGETS[profile]
 
 
 # --------------------------------------------------------------------------------------------
@@ -438,9 +361,10 @@ def run_far(
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
-    budget = get_budget(profile)
+    get_budget(profile)  # an unknown profile fails before any teacher is trained
     t = _resolve_teacher(teacher, profile, checkpoint, device, data, log)
     _check_teacher_is_vit(t)
+    budget = get_budget(profile, t.model_name)
     phases = (budget.distill, budget.finetune)
     far = ensure_run(far_run_id(t.tag, profile, schedule), _config(t, profile, schedule, phases, budget, data),
                      _far_body(t, profile, schedule, phases, budget, device, data), force=force, log=log)
@@ -462,14 +386,14 @@ def run_far_ablation(
     device: str = "auto", data: Optional[str] = None, checkpoint: Optional[str] = None, log: Callable[[str], None] = print,
 ) -> Run:
     """One Table 3 run: ``schedule`` with the profile's ablation budgets (the main FAR run when it has none)."""
-    budget = get_budget(profile)
-    if budget.ablation is None:
+    if get_budget(profile).ablation is None:
         return run_far(teacher, profile, schedule=schedule, prune=False, force=force, device=device, data=data,
                        checkpoint=checkpoint, log=log)
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     t = _resolve_teacher(teacher, profile, checkpoint, device, data, log)
     _check_teacher_is_vit(t)
+    budget = get_budget(profile, t.model_name)
     phases = budget.ablation
     return ensure_run(far_run_id(t.tag, profile, schedule, table3=True), _config(t, profile, schedule, phases, budget, data, table3=True),
                       _far_body(t, profile, schedule, phases, budget, device, data), force=force, log=log)
