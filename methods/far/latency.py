@@ -15,28 +15,17 @@ same cost.
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 import torch
 import torch.nn as nn
 
+from ..train import cpu_threads  # noqa: F401  (re-exported for figures and benchmarks)
 from .hoyer import _subs
-
-
-@contextlib.contextmanager
-def cpu_threads(n: int = 1) -> Iterator[None]:
-    """Within the context, torch uses ``n`` CPU threads (restored afterwards)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def uniform_keep_masks(model: nn.Module, keep_fraction: float) -> torch.Tensor:

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.nn as nn
@@ -22,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from methods.slimswin import (SlimSwinConfig, add_gates, attention_macs, check_swin, get_masks, kd_loss,
                               prunable_layers, prune, sum_macs, swin_layers, window_head_saliency)
-from methods.train import TrainConfig, atomic_save_safetensors, evaluate, fit, init_distributed, is_main, resolve_device
+from methods.train import TrainConfig, atomic_save_safetensors, cpu_threads, evaluate, fit, init_distributed, is_main, resolve_device
 from workbench.models import create_model, load_model, read_state_dict
 from workbench.runs import Run, RunError, atomic_write_text
 
@@ -91,20 +90,6 @@ def _step_record(step, saliency: list[torch.Tensor], metrics: dict, iteration: i
             "train_loss": metrics.get("train_loss")}
 
 
-@contextmanager
-def _cpu_threads(n: int | None, device: torch.device) -> Iterator[None]:
-    """Use ``n`` torch CPU threads inside the block (CPU runs only), restoring the previous count."""
-    if n is None or device.type != "cpu":
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def prune_and_finetune(run: Run, teacher: "_Teacher", cfg: SlimSwinConfig, recipe: "SlimSwinRecipe", profile: str,
                        data: str | None, device: str, start_from: Run | None, log: Callable[[str], None]) -> dict:
     """Algorithm 1 to ``cfg.target_ratio`` then the final fine-tune, in ``run.dir``; returns the run's results.
@@ -120,7 +105,7 @@ def prune_and_finetune(run: Run, teacher: "_Teacher", cfg: SlimSwinConfig, recip
         start_from: a compatible complete run whose iterations this run continues, or None.
         log: progress lines.
     """
-    with _cpu_threads(recipe.cpu_threads, resolve_device(device)):
+    with cpu_threads(recipe.cpu_threads, resolve_device(device)):
         return _prune_and_finetune(run, teacher, cfg, recipe, profile, data, device, start_from, log)
 
 

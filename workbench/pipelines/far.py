@@ -26,7 +26,6 @@ profile are in :data:`BUDGETS`.
 from __future__ import annotations
 
 import argparse
-import contextlib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Literal, Optional
@@ -50,7 +49,7 @@ from methods.far import (
     shrink,
     unfreeze_all,
 )
-from methods.train import TrainConfig, atomic_save_safetensors, evaluate, fit, is_main, resolve_device
+from methods.train import TrainConfig, atomic_save_safetensors, cpu_threads, evaluate, fit, is_main, resolve_device
 from workbench.pipelines.far_budgets import BUDGETS, FARBudget, get_budget
 from workbench.models import create_model, load_model, load_weights, read_state_dict, register_builder
 from workbench.runs import Run, RunError, ensure_run, open_run, runs_root
@@ -177,20 +176,6 @@ def _set_drop_path(model: nn.Module, rate: float) -> None:
                 setattr(blk, name, DropPath(r) if r > 0 else nn.Identity())
 
 
-@contextlib.contextmanager
-def _cpu_threads(n: Optional[int], device: str):
-    """Run the whole body (training, evaluation, counting) on ``n`` CPU threads, as ``fit`` does per phase."""
-    if not n or resolve_device(device).type != "cpu":
-        yield
-        return
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 def _phase_logger(run: Run, phase: str, offset: int) -> Callable[[int, dict], None]:
     """``on_epoch_end`` writing the run's metrics with a phase label and a run-global epoch index."""
     def log(epoch: int, metrics: dict) -> None:
@@ -221,7 +206,7 @@ def _counts(model: nn.Module) -> dict:
 def _far_body(t: _Teacher, profile: str, schedule: str, phases: tuple[TrainConfig, TrainConfig], budget: FARBudget,
               device: str, data: Optional[str]) -> Callable[[Run], dict]:
     def body(run: Run) -> dict:
-        with _cpu_threads(phases[0].cpu_threads, device):
+        with cpu_threads(phases[0].cpu_threads, device):
             return _far_phases(run)
 
     def _far_phases(run: Run) -> dict:
@@ -260,7 +245,7 @@ def _far_body(t: _Teacher, profile: str, schedule: str, phases: tuple[TrainConfi
 
 def _pruned_body(far_run: Run, profile: str, budget: FARBudget, device: str, data: Optional[str]) -> Callable[[Run], dict]:
     def body(run: Run) -> dict:
-        with _cpu_threads(budget.regularise.cpu_threads, device):
+        with cpu_threads(budget.regularise.cpu_threads, device):
             return _prune_phases(run)
 
     def _prune_phases(run: Run) -> dict:
