@@ -22,7 +22,7 @@ EXAMPLES = {
         "  workbench analyze attention --model deit_tiny_patch16_224 --img-size 384 --images skimage:coffee --out stores/deit384.nc"
     ),
     "inspect": "workbench inspect stores/vit.nc",
-    "figures": "workbench figures --list\n  workbench figures --all\n  workbench figures teacher.attention far --profile smoke",
+    "figures": "workbench figures --list\n  workbench figures --all\n  workbench figures --all --jobs 1\n  workbench figures teacher.attention far --profile smoke",
 }
 
 #: Extra commands contributed by method pipelines: name -> (add_arguments, handler).
@@ -71,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--list", action="store_true", help="list registered figures")
     g.add_argument("--all", action="store_true", help="render every registered figure")
     f.add_argument("--out", default="figures", help="output directory (default: figures)")
+    f.add_argument("--jobs", type=int, default=None,
+                   help="worker processes that train runs and compute analyses before drawing "
+                        "(default: one per CPU core on the CPU, 1 on a GPU; 1 = all in this process)")
     _common(f, force_help="recompute analyses (runs are reused)")
 
     r = add("run", "Run a compression method end to end (as a resumable run).")
@@ -160,24 +163,45 @@ def cmd_figures(args) -> int:
 
     if args.list:
         specs = F.load_all()
-        tab = Table("id", "kind", "paper", "caption", "needs")
+        tab = Table("id", "kind", "paper", "caption", "needs", "steps")
         for s in sorted(specs.values(), key=lambda s: s.id):
-            tab.add_row(s.id, s.kind, s.paper, textwrap.shorten(s.caption, 70), ", ".join(s.needs))
+            tab.add_row(s.id, s.kind, s.paper, textwrap.shorten(s.caption, 70), ", ".join(s.needs), ", ".join(s.steps))
         Console(width=200).print(tab)
         return 0
     if not args.all and not args.ids:
         raise ValueError("name figure ids, or pass --all or --list")
     specs = list(F.load_all().values()) if args.all else F.get(args.ids)
-    ctx = F.Context(args.profile, args.device, args.force)
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
+    import time
+
     from rich.progress import Progress
 
+    from workbench.figures.prepare import closure, default_jobs, prepare
+
+    t0 = time.perf_counter()
+    steps = closure(dict.fromkeys(s for spec in specs for s in spec.steps))
+    jobs = min(args.jobs or default_jobs(args.device), max(1, len(steps)))
     written = []
     with Progress(transient=False) as prog:
+        def log(line: str) -> None:
+            prog.console.print(line, markup=False, highlight=False)
+
+        if steps:
+            task = prog.add_task(f"prepare ({jobs} job{'s' * (jobs > 1)})", total=len(steps))
+            prepare(steps, lambda lg: F.Context(args.profile, args.device, args.force, log=lg), jobs=jobs, log=log,
+                    profile=args.profile, device=args.device, force=args.force,
+                    on_done=lambda i, sec: prog.advance(task))
+        t1 = time.perf_counter()
+        ctx = F.Context(args.profile, args.device, args.force, log=log)
         task = prog.add_task("figures", total=len(specs))
         for spec in specs:
             prog.update(task, description=spec.id)
             written += F.render([spec], ctx, args.out)
             prog.advance(task)
+    t2 = time.perf_counter()
+    print(f"prepared {len(steps)} steps in {t1 - t0:.0f} s ({jobs} job{'s' * (jobs > 1)}), drew {len(specs)} items "
+          f"in {t2 - t1:.0f} s")
     print(f"wrote {len(written)} files to {args.out}/ (index: {args.out}/index.md)")
     return 0
 

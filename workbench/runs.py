@@ -25,6 +25,10 @@ from typing import Any, Callable
 
 from workbench.provenance import now_iso, versions
 
+#: Callables told of every logged epoch, ``fn(run, epoch, metrics)`` (e.g. to forward progress from
+#: the worker processes of ``workbench figures``). Empty unless somebody registers one.
+EPOCH_LISTENERS: list[Callable[["Run", int, dict], None]] = []
+
 
 class RunError(RuntimeError):
     """A run is missing, damaged, or its config conflicts with the request."""
@@ -103,6 +107,8 @@ class Run:
         rows.sort(key=lambda m: m["epoch"])
         atomic_write_text(self.dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
         self.update_manifest(last_epoch=epoch)
+        for listener in EPOCH_LISTENERS:
+            listener(self, epoch, metrics)
 
     def update_manifest(self, **fields: Any) -> None:
         manifest = {**self.manifest, **fields, "updated": now_iso()}

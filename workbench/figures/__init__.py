@@ -47,16 +47,23 @@ class FigureSpec:
     needs: tuple[str, ...]  # the runs and analyses it uses (for --list)
     kind: Literal["figure", "table"]
     build: Callable[["Context"], object]
+    steps: tuple[str, ...] = ()  # preparation steps (runs, analyses) to run first, in parallel (figures.prepare)
 
 
 FIGURES: dict[str, FigureSpec] = {}
 
 
-def figure(id: str, *, paper: str, caption: str, needs: tuple[str, ...] = (), kind: Literal["figure", "table"] = "figure"):
-    """Decorator registering a figure builder under a paper-mirroring id."""
+def figure(id: str, *, paper: str, caption: str, needs: tuple[str, ...] = (), kind: Literal["figure", "table"] = "figure",
+           steps: tuple[str, ...] = ()):
+    """Decorator registering a figure builder under a paper-mirroring id.
+
+    Args:
+        needs: what the figure reads, in words (for ``--list``).
+        steps: the preparation steps (:func:`workbench.figures.prepare.step`) that compute it.
+    """
 
     def deco(fn: Callable[["Context"], object]) -> Callable[["Context"], object]:
-        FIGURES[id] = FigureSpec(id, paper, caption, tuple(needs), kind, fn)
+        FIGURES[id] = FigureSpec(id, paper, caption, tuple(needs), kind, fn, tuple(steps))
         return fn
 
     return deco

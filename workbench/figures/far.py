@@ -13,6 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from workbench.figures import Context, Table, figure
+from workbench.figures.prepare import step
 
 #: Shallow, middle and deep layer of App. C (DeiT-Tiny: 0, 5, 7 of 12); for the 6-block demo ViT: 0, 3, 5.
 PAPER_LAYERS = {"fig9": 0, "fig10": 5, "fig11": 7, "fig12": 0, "fig13": 5, "fig14": 7}
@@ -43,6 +44,32 @@ def _maps(ctx: Context):
     return maps, att
 
 
+def _table3_runs(ctx: Context) -> dict:
+    """schedule -> the Table 3 ablation run (trained or reused), recorded for provenance."""
+    from workbench.pipelines.far import run_far_ablation
+
+    teacher = ctx.teacher("vit")
+    return {s: ctx.use_run(run_far_ablation(teacher.id, ctx.profile.name, s, device=ctx.device, log=ctx.log))
+            for s in ("scratch", "cls", "sim", "combined")}
+
+
+# ------------------------------------------------------------------------------ preparation steps
+@step("far", after=("teacher-vit",), cost=160)  # FAR (distil, finetune) then its pruned run
+def train_far(ctx: Context):
+    _runs(ctx)
+
+
+@step("far.maps", after=("far",), cost=15)
+def far_maps(ctx: Context):
+    _maps(ctx)
+    ctx.analysis("retention", _runs(ctx)[2].id, ctx.profile.analysis_images)
+
+
+@step("far.table3", after=("teacher-vit",), cost=65)
+def train_table3(ctx: Context):
+    _table3_runs(ctx)
+
+
 def _layer(maps, paper_layer: int, paper_depth: int = 12) -> int:
     """Our layer at the same relative depth as the paper's DeiT-Tiny layer (0 -> 0, 5 -> middle, 7 -> last)."""
     layers = [int(v) for v in maps["layer"].values]
@@ -54,7 +81,7 @@ def _layer(maps, paper_layer: int, paper_depth: int = 12) -> int:
 
 
 # ---------------------------------------------------------------------------------------- figures
-@figure("far.fig4", paper="far", needs=("far_pruned-vit", "retention"),
+@figure("far.fig4", paper="far", needs=("far_pruned-vit", "retention"), steps=("far.maps",),
         caption="Fig. 4: share of hidden units each LSTM head keeps after DeepHoyer structured pruning of the demo FAR "
                 "model (rows: layers, columns: heads), forward and reverse directions separately; numbers are percent.")
 def fig4(ctx: Context):
@@ -65,7 +92,7 @@ def fig4(ctx: Context):
     return plot_retention(ds)
 
 
-@figure("far.fig5", paper="far", needs=("teacher-vit", "far-vit", "attention", "dependency"),
+@figure("far.fig5", paper="far", needs=("teacher-vit", "far-vit", "attention", "dependency"), steps=("far.maps",),
         caption="Fig. 5: token importance of the CLS token in the last block, per head: the teacher's attention "
                 "probabilities (top) and the FAR model's gradient saliency (bottom), each row-normalised over the "
                 "patches and drawn over the input digit.")
@@ -79,7 +106,7 @@ def fig5(ctx: Context):
                                title=f"CLS token importance per head, last layer · teacher vs FAR · sample {s}")
 
 
-@figure("far.fig6", paper="far", needs=("teacher-vit", "far-vit", "attention", "dependency"),
+@figure("far.fig6", paper="far", needs=("teacher-vit", "far-vit", "attention", "dependency"), steps=("far.maps",),
         caption="Fig. 6: token-to-token dependency in the last block, averaged over heads and samples (App. C.2): "
                 "teacher attention, teacher gradient saliency and FAR gradient saliency, each query row normalised "
                 "to sum to 1.")
@@ -120,18 +147,18 @@ def _token_figure(fig_id: str):
 _DEPTH = {"fig9": "shallow (first)", "fig10": "middle", "fig11": "deep (last)",
           "fig12": "shallow (first)", "fig13": "middle", "fig14": "deep (last)"}
 for _id in ("fig9", "fig10", "fig11"):
-    figure(f"far.{_id}", paper="far", needs=("teacher-vit", "far-vit", "attention", "dependency"),
+    figure(f"far.{_id}", paper="far", needs=("teacher-vit", "far-vit", "attention", "dependency"), steps=("far.maps",),
            caption=f"Fig. {_id[3:]} (App. C.1): CLS-to-patch maps of three heads in the {_DEPTH[_id]} block of the demo ViT, "
                    "teacher attention (top) above FAR gradient saliency (bottom), row-normalised, over the input digit.",
            )(_cls_figure(_id))
 for _id in ("fig12", "fig13", "fig14"):
-    figure(f"far.{_id}", paper="far", needs=("teacher-vit", "far-vit", "attention", "dependency"),
+    figure(f"far.{_id}", paper="far", needs=("teacher-vit", "far-vit", "attention", "dependency"), steps=("far.maps",),
            caption=f"Fig. {_id[3:]} (App. C.2): token-to-token dependency in the {_DEPTH[_id]} block, averaged over heads and "
                    "samples: teacher attention, teacher gradient saliency, FAR gradient saliency (rows sum to 1).",
            )(_token_figure(_id))
 
 
-@figure("far.agreement", paper="far", needs=("teacher-vit", "far-vit", "attention", "dependency"),
+@figure("far.agreement", paper="far", needs=("teacher-vit", "far-vit", "attention", "dependency"), steps=("far.maps",),
         caption="Per-layer agreement of token-to-token maps (head-averaged, row-normalised, per sample; mean ± sd over "
                 "the analysis images). Paper-style: FAR saliency vs teacher attention, with the teacher's own saliency vs "
                 "its attention as the ceiling a perfect copy could reach under the change of measure; like-for-like: FAR "
@@ -148,7 +175,7 @@ def agreement_figure(ctx: Context):
 
 
 # ------------------------------------------------------------------------------------------ tables
-@figure("far.table1", paper="far", kind="table", needs=("teacher-vit", "far-vit", "far_pruned-vit"),
+@figure("far.table1", paper="far", kind="table", needs=("teacher-vit", "far-vit", "far_pruned-vit"), steps=("far",),
         caption="Table 1: held-out top-1 accuracy of the demo teacher, its FAR student and the pruned FAR student, "
                 "with the paper's ImageNet top-1 of DeiT / FAR / FAR† (Tiny, Small, Base) beside.")
 def table1(ctx: Context) -> Table:
@@ -177,18 +204,17 @@ def table1(ctx: Context) -> Table:
     return Table(frame, f"FAR Table 1 on the demo (profile {ctx.profile.name})", notes)
 
 
-@figure("far.table3", paper="far", kind="table", needs=("teacher-vit", "far_table3_*"),
+@figure("far.table3", paper="far", kind="table", needs=("teacher-vit", "far_table3_*"), steps=("far.table3",),
         caption="Table 3: top-1 accuracy of FAR under the four loss schedules of the distillation phase — train from "
                 "scratch (TFS), distill with CE only, with the block similarity only, with both (Eq. 4) — on the demo "
                 "with the profile's short ablation budgets, after distillation and after finetuning, beside the paper's "
                 "ImageNet numbers.")
 def table3(ctx: Context) -> Table:
     from methods.far.paper import PAPER_TABLE3
-    from workbench.pipelines.far import get_budget, run_far_ablation
+    from workbench.pipelines.far import get_budget
 
     teacher = ctx.teacher("vit")
-    runs = {s: ctx.use_run(run_far_ablation(teacher.id, ctx.profile.name, s, device=ctx.device, log=ctx.log))
-            for s in ("scratch", "cls", "sim", "combined")}
+    runs = _table3_runs(ctx)
     cols = {"scratch": "TFS", "cls": "Distill (cls)", "sim": "Distill (sim)", "combined": "Distill (combine)"}
     rows = [{"model": f"{k} (paper, ImageNet)", **{cols[s]: v for s, v in d.items()}} for k, d in PAPER_TABLE3.items()]
     res = {s: r.manifest["results"] for s, r in runs.items()}
@@ -208,7 +234,7 @@ def table3(ctx: Context) -> Table:
     return Table(pd.DataFrame(rows), f"FAR Table 3 on the demo (profile {ctx.profile.name})", notes)
 
 
-@figure("far.table2", paper="far", kind="table", needs=("teacher-vit", "far-vit", "far_pruned-vit"),
+@figure("far.table2", paper="far", kind="table", needs=("teacher-vit", "far-vit", "far_pruned-vit"), steps=("far",),
         caption="Table 2: parameters, MACs ('FLOPs' in the paper's fvcore convention) and single-thread CPU latency at "
                 "224² and 384² of DeiT-Tiny/Small/Base, their FAR versions and uniformly pruned FAR† versions at real "
                 "size (random weights), plus the demo models, with the paper's numbers beside.")

@@ -13,6 +13,7 @@ import pandas as pd
 import xarray as xr
 
 from workbench.figures import Context, Table, figure
+from workbench.figures.prepare import step
 
 PAPER = "slimswin"
 
@@ -34,6 +35,25 @@ def _mask_analyses(ctx: Context) -> dict[float, xr.Dataset]:
             for r in runs}
 
 
+# ------------------------------------------------------------------------------ preparation steps
+@step("slimswin", after=("teacher-swin",), cost=120)  # the sweep r = 0.33 ... 0.67
+def train_sweep(ctx: Context):
+    _sweep(ctx)
+
+
+@step("slimswin.saliency", after=("teacher-swin",), cost=5)
+def teacher_saliency(ctx: Context):
+    from workbench.pipelines.slimswin import get_recipe
+
+    ctx.analysis("window_saliency", ctx.teacher("swin").id, get_recipe(ctx.profile.name).saliency_images)
+
+
+@step("slimswin.masks", after=("slimswin",), cost=5)
+def mask_analyses(ctx: Context):
+    _mask_analyses(ctx)
+
+
+# ---------------------------------------------------------------------------------------- figures
 @figure(
     "slimswin.fig1", paper=PAPER, needs=(),
     caption="Component-wise FLOPs per 224 x 224 image of Swin-T and Swin-B (the paper's Fig. 1), counted from the "
@@ -54,6 +74,7 @@ def fig1(ctx: Context):
 
 @figure(
     "slimswin.fig2", paper=PAPER, needs=("teacher-swin", "slimswin runs r=0.33..0.67", "window_saliency"),
+    steps=("slimswin.masks",),
     caption="Gate masks of the demo Swin after SlimSwin pruning (the paper's Figs. 2-3 recast as data): for each "
             "global ratio r (rows) and each prunable layer and head (columns), the windows whose pair is kept (blue) "
             "or pruned (grey), drawn over a held-out digit at pixel scale with the window borders in white; SW marks "
@@ -71,7 +92,7 @@ def fig2(ctx: Context):
 
 
 @figure(
-    "slimswin.fig3", paper=PAPER, needs=("teacher-swin", "window_saliency"),
+    "slimswin.fig3", paper=PAPER, needs=("teacher-swin", "window_saliency"), steps=("slimswin.saliency",),
     caption="Window-head saliency of the unpruned demo Swin before pruning: |mean over held-out images of "
             "d cross-entropy / d gate| for every window (painted over its pixels, borders in white) of each "
             "prunable layer (rows) and head (columns) -- the score Algorithm 1 ranks globally, least salient pruned "
@@ -97,7 +118,7 @@ def _accuracy(ctx: Context) -> xr.Dataset:
 
 
 @figure(
-    "slimswin.fig4", paper=PAPER, needs=("teacher-swin", "slimswin runs r=0.33..0.67"),
+    "slimswin.fig4", paper=PAPER, needs=("teacher-swin", "slimswin runs r=0.33..0.67"), steps=("slimswin",),
     caption="Held-out top-1 accuracy of the demo Swin pruned by SlimSwin against the achieved global ratio of pruned "
             "window-head pairs (requested r = 0.33, 0.44, 0.55, 0.67 above each point; the demo has 16 prunable pairs, "
             "so the achieved ratios are multiples of 1/16), after the iterative phase alone and after the final "
@@ -122,12 +143,12 @@ _LAYER_CAPTION = ("Layer-wise pruning ratios of the demo Swin at global ratio r 
                   "all pairs; the last stage (single window) is not pruned.")
 
 
-@figure("slimswin.fig6", paper=PAPER, needs=("slimswin runs", "window_saliency"), caption=_LAYER_CAPTION.format(r=0.33, n=6))
+@figure("slimswin.fig6", paper=PAPER, needs=("slimswin runs", "window_saliency"), steps=("slimswin.masks",), caption=_LAYER_CAPTION.format(r=0.33, n=6))
 def fig6(ctx: Context):
     return _layer_ratio_figure(ctx, 0.33)
 
 
-@figure("slimswin.fig7", paper=PAPER, needs=("slimswin runs", "window_saliency"), caption=_LAYER_CAPTION.format(r=0.67, n=7))
+@figure("slimswin.fig7", paper=PAPER, needs=("slimswin runs", "window_saliency"), steps=("slimswin.masks",), caption=_LAYER_CAPTION.format(r=0.67, n=7))
 def fig7(ctx: Context):
     return _layer_ratio_figure(ctx, 0.67)
 
@@ -146,7 +167,7 @@ def _uniform_masks(cfg, ratio: float):
 
 
 @figure(
-    "slimswin.table1", paper=PAPER, kind="table", needs=("slimswin runs r=0.33..0.67",),
+    "slimswin.table1", paper=PAPER, kind="table", needs=("slimswin runs r=0.33..0.67",), steps=("slimswin",),
     caption="Attention MACs per image (QKV projection, QK^T, AV and output projection of every layer) and their "
             "reduction under global pruning ratio r (the paper's Table I), for Swin-B and Swin-T at 224 x 224 beside "
             "the paper's numbers, and for the demo Swin with the masks SlimSwin learned here.",

