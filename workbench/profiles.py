@@ -42,7 +42,7 @@ _DEMO_TEACHERS = {
     # (measured ~10x slower per step with two threads on a loaded 2-core machine).
     "vit": TrainConfig(epochs=30, batch_size=32, lr=1e-3, weight_decay=0.05, warmup_epochs=2, cpu_threads=1),
     "swin": TrainConfig(epochs=20, batch_size=32, lr=2e-3, weight_decay=0.05, warmup_epochs=2, cpu_threads=1),
-    "cnn": TrainConfig(epochs=5, batch_size=64, lr=2e-3, weight_decay=0.05, warmup_epochs=1),
+    "cnn": TrainConfig(epochs=5, batch_size=64, lr=2e-3, weight_decay=0.05, warmup_epochs=1, cpu_threads=1),
 }
 
 PROFILES: dict[str, Profile] = {

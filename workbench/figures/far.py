@@ -65,7 +65,7 @@ def far_maps(ctx: Context):
     ctx.analysis("retention", _runs(ctx)[2].id, ctx.profile.analysis_images)
 
 
-@step("far.table3", after=("teacher-vit",), cost=65)
+@step("far.table3", after=("teacher-vit",), cost=60)
 def train_table3(ctx: Context):
     _table3_runs(ctx)
 

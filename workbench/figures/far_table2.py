@@ -2,7 +2,7 @@
 
 Counts: :func:`methods.far.count_flops` (FlopCounterMode with LSTM formulas; MACs = the paper's
 fvcore "FLOPs"). Latency: :func:`methods.far.latency.torch_latency_ms`, one thread, batch 1, median
-of 3 runs after 1 warm-up (``benchmarks/far_latency.py`` does the full measurement, also with ONNX
+of 3 runs right after the MAC count's own forward pass (``benchmarks/far_latency.py`` does the full measurement, also with ONNX
 Runtime as in App. A.4). The measurements are cached in the profile's store directory (keyed by
 versions and the measured set) so that redrawing the table does not re-time the models;
 ``workbench figures --force`` re-measures.
@@ -19,7 +19,8 @@ from workbench.figures import Context, Table
 
 #: profile -> (variants, image sizes, latency repeats, warm-up runs)
 TABLE2_SETS = {"smoke": (("tiny",), (224,), 1, 0)}
-DEFAULT_SET = (("tiny", "small", "base"), (224, 384), 3, 1)
+#: no warm-up run by default: counting MACs (count_flops) runs each model once just before it is timed.
+DEFAULT_SET = (("tiny", "small", "base"), (224, 384), 3, 0)
 
 
 def _measure(variants, sizes, repeats, warmup, demo_models, log) -> list[dict]:
@@ -123,8 +124,9 @@ def table2_frame(ctx: Context, runs) -> Table:
         + CONVENTIONS["not_counted"],
         "FAR† rows at real size: every LSTM keeps the same number of its 64 hidden units (48% Tiny, 50% Small, 52% Base), "
         "which reproduces the paper's pruned FLOPs; the paper's masks are learned per layer, head and direction.",
-        f"latency: PyTorch {torch_version} eager, one thread, median of {repeats} runs after {warmup} "
-        "warm-up on this machine's CPU (shared, so noisy), random weights; the paper used ONNX Runtime on an AMD EPYC "
+        f"latency: PyTorch {torch_version} eager, one thread, median of {repeats} runs after the MAC count's forward "
+        f"pass{f' and {warmup} warm-up runs' if warmup else ''}, timed after the preparation steps of `workbench "
+        "figures` ended (no training alongside) on this machine's CPU, random weights; the paper used ONNX Runtime on an AMD EPYC "
         "9254 (median of 100 after 30). Absolute ms are not comparable across machines: compare the ratios to DeiT. "
         "benchmarks/far_latency.py measures ONNX Runtime too.",
         f"demo models: {teacher.id}, {far.id}, {pruned.id} at 28×28 (50 tokens).",

@@ -36,7 +36,7 @@ def _mask_analyses(ctx: Context) -> dict[float, xr.Dataset]:
 
 
 # ------------------------------------------------------------------------------ preparation steps
-@step("slimswin", after=("teacher-swin",), cost=120)  # the sweep r = 0.33 ... 0.67
+@step("slimswin", after=("teacher-swin",), cost=100)  # the sweep r = 0.33 ... 0.67
 def train_sweep(ctx: Context):
     _sweep(ctx)
 
