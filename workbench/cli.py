@@ -193,7 +193,9 @@ def cmd_figures(args) -> int:
                     profile=args.profile, device=args.device, force=args.force,
                     on_done=lambda i, sec: prog.advance(task))
         t1 = time.perf_counter()
-        ctx = F.Context(args.profile, args.device, args.force, log=log)
+        # drawing only reads what the steps prepared: "reusing complete run" for every figure would be noise
+        ctx = F.Context(args.profile, args.device, args.force,
+                        log=lambda line: None if line.startswith("reusing complete run") else log(line))
         task = prog.add_task("figures", total=len(specs))
         for spec in specs:
             prog.update(task, description=spec.id)

@@ -204,7 +204,10 @@ def _run_step(step_id: str, module: str, profile: str, device: str, force: bool)
         phase = f" {metrics['phase']}" if isinstance(metrics.get("phase"), str) else ""
         _send(f"[{step_id}] {run.id}{phase} epoch {epoch}: {shown}")
 
-    runs.EPOCH_LISTENERS.append(on_epoch)
-    t0 = time.perf_counter()
-    STEPS[step_id].make(Context(profile, device, force, log=lambda s: _send(f"[{step_id}] {s}")))
-    return time.perf_counter() - t0
+    runs.EPOCH_LISTENERS.append(on_epoch)  # this worker may run more steps later: removed below
+    try:
+        t0 = time.perf_counter()
+        STEPS[step_id].make(Context(profile, device, force, log=lambda s: _send(f"[{step_id}] {s}")))
+        return time.perf_counter() - t0
+    finally:
+        runs.EPOCH_LISTENERS.remove(on_epoch)
