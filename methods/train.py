@@ -55,7 +55,7 @@ class TrainConfig:
     warmup_lr: float = 1e-5  # learning rate at the start of warm-up
     min_lr: float = 1e-6  # floor of the cosine schedule
     label_smoothing: float = 0.0  # for the default cross-entropy loss
-    seed: int = 0  # seeds init-independent randomness: shuffling and augmentation
+    seed: int = 0  # seeds shuffling and augmentation (the teacher pipeline also seeds the initialisation with it)
     device: str = "auto"  # "auto", "cpu", "cuda" or "cuda:N"
     amp: bool = False  # bfloat16 autocast on CUDA
     eval_every: int = 1  # evaluate on the held-out set every N epochs (and at the last)

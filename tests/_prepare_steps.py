@@ -65,3 +65,15 @@ def p1(ctx):
 @step("test.p2", cost=1)
 def p2(ctx):
     _rendezvous(ctx, "test.p2", "test.p1")
+
+
+@step("test.fails_now", cost=1)
+def fails_now(ctx):
+    time.sleep(1.0)  # let test.slow start on the other worker
+    raise ValueError("step test.fails_now: the data path /nope does not exist")
+
+
+@step("test.slow", cost=100)
+def slow(ctx):
+    time.sleep(60)
+    _record(ctx, "test.slow", 0.0)

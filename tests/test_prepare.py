@@ -66,6 +66,20 @@ def test_a_failing_step_raises_its_error_and_cancels_what_waits(tmp_path, monkey
     assert "test.d" not in _records(log_file)  # never started: it comes after test.b, queued behind the failure
 
 
+def test_a_failure_stops_the_other_workers_at_once(tmp_path, monkeypatch):
+    """test.slow would sleep 60 s; a failure next to it must not wait for it to end."""
+    import time
+
+    monkeypatch.setenv("PREPARE_TEST_LOG", str(tmp_path / "steps.jsonl"))
+    lines = []
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="/nope does not exist"):
+        prepare(["test.fails_now", "test.slow"], _ctx, jobs=2, log=lines.append, profile="smoke", device="cpu")
+    assert time.perf_counter() - t0 < 40
+    assert any("[test.fails_now] failed" in line for line in lines) and any("stopping test.slow" in line for line in lines)
+    assert not (tmp_path / "steps.jsonl").exists()  # test.slow never finished
+
+
 def test_registered_figure_steps_form_a_graph():
     from workbench.figures import load_all
 

@@ -102,6 +102,18 @@ def test_teacher_run_end_to_end(smoke_teacher):
     assert not loaded.model.training
 
 
+def test_teacher_weights_do_not_depend_on_what_ran_before(smoke_teacher):
+    """The teacher's initialisation is seeded: a retrain after other random draws (e.g. in a figures worker that
+    trained another teacher first) ends with the same weights."""
+    from workbench.pipelines.teacher import train_teacher
+
+    first = smoke_teacher("cnn").manifest["checkpoint_sha256"]
+    torch.manual_seed(1234)
+    torch.rand(1000)  # move the global generator somewhere else
+    again = train_teacher("cnn", "smoke", device="cpu", force=True, log=lambda *_: None)
+    assert again.manifest["checkpoint_sha256"] == first
+
+
 DDP_SCRIPT = """
 import hashlib, os, sys, torch, timm
 import methods.teachers

@@ -137,6 +137,7 @@ def prepare(ids: Iterable[str], make_context: Callable[[Callable[[str], None]], 
         try:
             while pending or running:
                 ready = sorted((i for i in pending if all(a in took for a in STEPS[i].after)), key=lambda i: -prio[i])
+                assert ready or running, f"steps {sorted(pending)} can never start"  # closure() includes every dependency
                 for i in ready[: jobs - len(running)]:
                     pending.discard(i)
                     log(f"[{i}] started")
@@ -144,16 +145,31 @@ def prepare(ids: Iterable[str], make_context: Callable[[Callable[[str], None]], 
                 done = _wait_draining(running, messages, log)
                 for fut in done:
                     i = running.pop(fut)
+                    if fut.exception() is not None:
+                        log(f"[{i}] failed: {fut.exception()}")
+                        if running:
+                            log(f"stopping {', '.join(running.values())}; the same command resumes from their last checkpoints")
                     took[i] = fut.result()  # re-raises the worker's exception
                     log(f"[{i}] done in {took[i]:.0f} s")
                     if on_done:
                         on_done(i, took[i])
         except BaseException:
+            _stop_workers(pool)  # do not wait minutes for the other branch's epoch to end
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         finally:
             _drain(messages, log)
     return took
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Terminate the pool's worker processes (runs checkpoint every epoch and write atomically)."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
+    if terminate is not None:
+        terminate()
+        return
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        proc.terminate()
 
 
 def _wait_draining(running: dict[Future, str], messages, log) -> set[Future]:

@@ -64,6 +64,9 @@ def train_teacher(
               "data": data or "demo", "train": {k: v for k, v in cfg.to_dict().items() if k not in ("device", "progress", "cpu_threads")}}
 
     def body(run: Run) -> dict:
+        import torch
+
+        torch.manual_seed(cfg.seed)  # the initialisation: the same whatever ran before in this process
         model = create_model(name, **model_kwargs)
         pc = model.pretrained_cfg
         train_set, val_set = datasets(profile, data, tuple(pc["input_size"]), pc.get("mean"), pc.get("std"))
