@@ -9,7 +9,7 @@ each trains to its accuracy target on the demo set in about a minute on a 2-core
 |------------|---------------------|---------------------------------------------------------------|
 | vit_demo   | VisionTransformer   | 28x28x1, patch 4 (7x7 grid + CLS), dim 64, depth 6, 4 heads   |
 | swin_demo  | SwinTransformer     | 28x28x1, patch 2 (14x14), window 7, dim 32, depths (2, 2), heads (2, 4) |
-| cnn_demo   | ResNet (BasicBlock) | 28x28x1, 3x3 stem, channels (32, 64, 128, 256), one block per stage (strides 1, 2, 2, 2) |
+| cnn_demo   | ResNet (BasicBlock) | 28x28x1, 3x3 stem, channels (16, 32, 64, 128), one block per stage (strides 1, 2, 2, 2) |
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def swin_demo(pretrained: bool = False, **kwargs) -> SwinTransformer:
 def cnn_demo(pretrained: bool = False, **kwargs) -> ResNet:
     """ResNet-style CNN for 28x28 digits: a stride-1 3x3 stem and four BasicBlock stages."""
     _no_pretrained(pretrained, "cnn_demo")
-    args = dict(block=BasicBlock, layers=(1, 1, 1, 1), channels=(32, 64, 128, 256), stem_width=32)
+    args = dict(block=BasicBlock, layers=(1, 1, 1, 1), channels=(16, 32, 64, 128), stem_width=16)
     model = ResNet(**{**args, **_kw(kwargs)})
     # 28x28 digits are too small for the ImageNet stem (7x7 stride 2 + max-pool): use 3x3 stride 1.
     model.conv1 = nn.Conv2d(_kw(kwargs)["in_chans"], model.bn1.num_features, 3, 1, 1, bias=False)

@@ -16,17 +16,17 @@ TARGET = {"vit": 0.90, "swin": 0.90, "cnn": 0.97}
 
 
 # ------------------------------------------------------------------------------ preparation steps
-@step("teacher-vit", cost=280)  # costs: ~seconds on one CPU thread (demo profile)
+@step("teacher-vit", cost=210)  # costs: ~seconds on one CPU thread (demo profile)
 def train_vit(ctx: Context):
     ctx.teacher("vit")
 
 
-@step("teacher-swin", cost=190)
+@step("teacher-swin", cost=215)
 def train_swin(ctx: Context):
     ctx.teacher("swin")
 
 
-@step("teacher-cnn", cost=60)
+@step("teacher-cnn", cost=115)
 def train_cnn(ctx: Context):
     ctx.teacher("cnn")
 
