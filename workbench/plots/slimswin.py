@@ -251,6 +251,7 @@ def plot_accuracy_vs_ratio(ds: xr.Dataset, ax: Axes | None = None, title: str | 
     for xi, yi, r in zip(x, 100 * ds["accuracy"].values, ds["ratio"].values):
         a.annotate(f"r={r:.2f}", (xi, yi), textcoords="offset points", xytext=(0, 7), ha="center", fontsize="x-small",
                    bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
+    a.margins(x=0.1)  # room for the first and last ratio labels
     a.set_xlabel("global pruning ratio (pruned share of prunable window-head pairs)")
     a.set_ylabel("held-out top-1 accuracy (%)")
     a.legend(fontsize="small", frameon=True, framealpha=0.9, loc="best")
