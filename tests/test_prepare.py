@@ -8,12 +8,7 @@ import os
 import pytest
 
 import _prepare_steps  # noqa: F401  (registers the test.* steps)
-from workbench.figures import Context
 from workbench.figures.prepare import STEPS, closure, prepare
-
-
-def _ctx(log):
-    return Context("smoke", "cpu", log=log)
 
 
 def _records(path):
@@ -37,7 +32,7 @@ def test_prepare_runs_each_step_once_after_its_dependencies(tmp_path, monkeypatc
     log_file = tmp_path / "steps.jsonl"
     monkeypatch.setenv("PREPARE_TEST_LOG", str(log_file))
     lines, done = [], []
-    took = prepare(["test.d"], _ctx, jobs=jobs, log=lines.append, profile="smoke", device="cpu",
+    took = prepare(["test.d"], jobs=jobs, log=lines.append, profile="smoke", device="cpu",
                    on_done=lambda i, s: done.append(i))
     rec = _records(log_file)
     assert set(rec) == set(took) == set(done) == {"test.a", "test.b", "test.c", "test.d"}
@@ -52,7 +47,7 @@ def test_prepare_runs_each_step_once_after_its_dependencies(tmp_path, monkeypatc
 def test_independent_steps_run_at_the_same_time(tmp_path, monkeypatch):
     """p1 and p2 each wait until the other has started: they pass only when two workers run them together."""
     monkeypatch.setenv("PREPARE_TEST_LOG", str(tmp_path / "steps.jsonl"))
-    prepare(["test.p1", "test.p2"], _ctx, jobs=2, log=lambda s: None, profile="smoke", device="cpu")
+    prepare(["test.p1", "test.p2"], jobs=2, log=lambda s: None, profile="smoke", device="cpu")
     rec = _records(tmp_path / "steps.jsonl")
     assert set(rec) == {"test.p1", "test.p2"} and rec["test.p1"]["pid"] != rec["test.p2"]["pid"]
 
@@ -62,7 +57,7 @@ def test_a_failing_step_raises_its_error_and_cancels_what_waits(tmp_path, monkey
     log_file = tmp_path / "steps.jsonl"
     monkeypatch.setenv("PREPARE_TEST_LOG", str(log_file))
     with pytest.raises(ValueError, match="/nope does not exist"):
-        prepare(["test.fails", "test.d"], _ctx, jobs=jobs, log=lambda s: None, profile="smoke", device="cpu")
+        prepare(["test.fails", "test.d"], jobs=jobs, log=lambda s: None, profile="smoke", device="cpu")
     assert "test.d" not in _records(log_file)  # never started: it comes after test.b, queued behind the failure
 
 
@@ -74,7 +69,7 @@ def test_a_failure_stops_the_other_workers_at_once(tmp_path, monkeypatch):
     lines = []
     t0 = time.perf_counter()
     with pytest.raises(ValueError, match="/nope does not exist"):
-        prepare(["test.fails_now", "test.slow"], _ctx, jobs=2, log=lines.append, profile="smoke", device="cpu")
+        prepare(["test.fails_now", "test.slow"], jobs=2, log=lines.append, profile="smoke", device="cpu")
     assert time.perf_counter() - t0 < 40
     assert any("[test.fails_now] failed" in line for line in lines) and any("stopping test.slow" in line for line in lines)
     assert not (tmp_path / "steps.jsonl").exists()  # test.slow never finished

@@ -189,8 +189,7 @@ def cmd_figures(args) -> int:
 
         if steps:
             task = prog.add_task(f"prepare ({jobs} job{'s' * (jobs > 1)})", total=len(steps))
-            prepare(steps, lambda lg: F.Context(args.profile, args.device, args.force, log=lg), jobs=jobs, log=log,
-                    profile=args.profile, device=args.device, force=args.force,
+            prepare(steps, jobs=jobs, profile=args.profile, device=args.device, force=args.force, log=log,
                     on_done=lambda i, sec: prog.advance(task))
         t1 = time.perf_counter()
         # drawing only reads what the steps prepared: "reusing complete run" for every figure would be noise

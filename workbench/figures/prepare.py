@@ -96,17 +96,15 @@ def _priorities(ids: list[str]) -> dict[str, float]:
     return prio
 
 
-def prepare(ids: Iterable[str], make_context: Callable[[Callable[[str], None]], object], *, jobs: int,
-            log: Callable[[str], None] = print, profile: str = "demo", device: str = "auto", force: bool = False,
-            on_done: Callable[[str, float], None] | None = None) -> dict[str, float]:
+def prepare(ids: Iterable[str], *, jobs: int, profile: str = "demo", device: str = "auto", force: bool = False,
+            log: Callable[[str], None] = print, on_done: Callable[[str, float], None] | None = None) -> dict[str, float]:
     """Run the steps ``ids`` need (dependencies first), in up to ``jobs`` processes.
 
     Args:
         ids: steps the selected figures list.
-        make_context: ``make_context(log) -> Context`` for steps run in this process (``jobs == 1``).
         jobs: worker processes; 1 runs every step here, in order, with the usual progress bars.
+        profile, device, force: the :class:`~workbench.figures.Context` the steps get.
         log: where log lines (also the workers') go.
-        profile, device, force: what worker processes build their Context from.
         on_done: called with (step id, seconds) when a step finishes.
 
     Returns:
@@ -118,7 +116,9 @@ def prepare(ids: Iterable[str], make_context: Callable[[Callable[[str], None]], 
     order = closure(ids)
     took: dict[str, float] = {}
     if jobs <= 1 or len(order) <= 1:
-        ctx = make_context(log)
+        from workbench.figures import Context
+
+        ctx = Context(profile, device, force, log=log)
         for i in order:
             t0 = time.perf_counter()
             STEPS[i].make(ctx)

@@ -26,7 +26,9 @@ from workbench.models import create_model, load_model, read_state_dict
 from workbench.runs import Run, RunError, atomic_write_text
 
 if TYPE_CHECKING:
-    from workbench.pipelines.slimswin import SlimSwinRecipe, _Teacher
+    from workbench.pipelines.slimswin import SlimSwinRecipe
+    from workbench.pipelines.teacher import TeacherRef
+
 
 class _IndexedSubset(Subset):
     """A ``Subset`` that keeps the parent's batch ``collate_fn`` (the demo set's augmentation)."""
@@ -90,7 +92,7 @@ def _step_record(step, saliency: list[torch.Tensor], metrics: dict, iteration: i
             "train_loss": metrics.get("train_loss")}
 
 
-def prune_and_finetune(run: Run, teacher: "_Teacher", cfg: SlimSwinConfig, recipe: "SlimSwinRecipe", profile: str,
+def prune_and_finetune(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, recipe: "SlimSwinRecipe", profile: str,
                        data: str | None, device: str, start_from: Run | None, log: Callable[[str], None]) -> dict:
     """Algorithm 1 to ``cfg.target_ratio`` then the final fine-tune, in ``run.dir``; returns the run's results.
 
@@ -109,7 +111,7 @@ def prune_and_finetune(run: Run, teacher: "_Teacher", cfg: SlimSwinConfig, recip
         return _prune_and_finetune(run, teacher, cfg, recipe, profile, data, device, start_from, log)
 
 
-def _prune_and_finetune(run: Run, teacher: "_Teacher", cfg: SlimSwinConfig, recipe: "SlimSwinRecipe", profile: str,
+def _prune_and_finetune(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, recipe: "SlimSwinRecipe", profile: str,
                         data: str | None, device: str, start_from: Run | None, log: Callable[[str], None]) -> dict:
     from workbench.pipelines.teacher import datasets
 

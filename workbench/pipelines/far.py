@@ -26,8 +26,7 @@ profile are in :data:`BUDGETS`.
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from dataclasses import asdict, replace
 from typing import Callable, Literal, Optional
 
 import torch
@@ -52,7 +51,8 @@ from methods.far import (
 from methods.train import TrainConfig, atomic_save_safetensors, cpu_threads, evaluate, fit, is_main, resolve_device
 from workbench.pipelines.far_budgets import BUDGETS, FARBudget, get_budget
 from workbench.models import create_model, load_model, load_weights, read_state_dict, register_builder
-from workbench.runs import Run, RunError, ensure_run, open_run, runs_root
+from workbench.pipelines.teacher import TeacherRef, resolve_teacher
+from workbench.runs import Run, RunError, ensure_run, open_run
 
 __all__ = ["BUDGETS", "FARBudget", "get_budget", "run_far", "run_far_ablation", "far_run_id", "load_masks"]
 
@@ -64,52 +64,11 @@ Schedule = Literal["scratch", "cls", "sim", "combined"]
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Teacher:
-    ref: str  # run id or timm name as given
-    tag: str  # short name used in run ids ("vit-demo", "deit_tiny_patch16_224")
-    model_name: str  # timm architecture
-    model_kwargs: dict = field(default_factory=dict)  # timm.create_model kwargs
-    checkpoint: Optional[str] = None  # weights file (None for a run: its own checkpoint)
-    sha256: Optional[str] = None  # hash of the teacher weights
-    run: Optional[str] = None  # teacher run id, if any
-
-
 def _resolve_teacher(teacher: str | Run, profile: str, checkpoint: Optional[str], device: str, data: Optional[str],
-                     log: Callable[[str], None]) -> _Teacher:
+                     log: Callable[[str], None]) -> TeacherRef:
     """A teacher run (trained or reused for a demo arch such as ``vit``) or a timm ViT name + checkpoint."""
-    from methods.teachers import DEMO_TEACHERS
-    from workbench.runs import sha256_file
-
-    if isinstance(teacher, Run):
-        teacher = str(teacher.dir)
-    if teacher in DEMO_TEACHERS:
-        if profile == "paper":
-            raise ValueError("the paper profile distills a real ViT: pass --teacher a timm name "
-                             "(e.g. deit_tiny_patch16_224) with --checkpoint WEIGHTS, or a teacher run id")
-        from workbench.pipelines.teacher import train_teacher
-
-        teacher = train_teacher(teacher, profile, device=device, data=data, log=log).id
-    if (runs_root() / teacher / "manifest.json").exists() or (Path(teacher).expanduser() / "manifest.json").exists():
-        if checkpoint is not None:
-            raise ValueError(f"teacher {teacher!r} is a run with its own checkpoint; drop --checkpoint")
-        run = open_run(teacher)
-        if run.status != "complete":
-            raise RunError(f"teacher run {run.id!r} is not complete (status {run.status!r}); finish it first")
-        tag = run.id[len("teacher-"):] if run.id.startswith("teacher-") else run.id
-        if tag.endswith(f"-{profile}"):
-            tag = tag[: -len(profile) - 1]
-        return _Teacher(run.id, tag, run.config["model_name"], dict(run.config.get("model_kwargs", {})), None,
-                        run.manifest.get("checkpoint_sha256"), run.id)
-    create_model(teacher)  # validates the name: a clear error for an unknown architecture
-    if checkpoint is None:
-        raise ValueError(f"teacher {teacher!r} is not a run; pass a teacher run id (e.g. teacher-vit-demo), "
-                         "a demo arch (vit), or a timm ViT name with --checkpoint WEIGHTS (distilling random weights "
-                         "measures nothing)")
-    path = Path(checkpoint).expanduser()
-    if not path.is_file():
-        raise ValueError(f"teacher checkpoint {str(path)!r} does not exist")
-    return _Teacher(teacher, teacher, teacher, {}, str(path), sha256_file(path))
+    return resolve_teacher(teacher, profile, default_arch="vit", family="ViT", checkpoint=checkpoint, device=device,
+                           data=data, log=log)
 
 
 def far_run_id(tag: str, profile: str, schedule: str = "combined", *, pruned: bool = False, table3: bool = False) -> str:
@@ -119,10 +78,10 @@ def far_run_id(tag: str, profile: str, schedule: str = "combined", *, pruned: bo
     else:
         kind = "far" if schedule == "combined" else f"far_{schedule}"
         kind = f"{kind}_pruned" if pruned else kind
-    return f"{kind}-{tag}-{profile}"
+    return f"{kind}-{tag.removesuffix(f'-{profile}')}-{profile}"  # a teacher run's tag ends with its profile
 
 
-def _load_teacher(t: _Teacher) -> nn.Module:
+def _load_teacher(t: TeacherRef) -> nn.Module:
     if t.run is not None:
         return load_model(t.run).model
     model = create_model(t.model_name, **t.model_kwargs)
@@ -203,7 +162,7 @@ def _counts(model: nn.Module) -> dict:
     return {"params": c["total"]["params"], "macs": c["total"]["macs"], "attn_macs": c["attn"]["macs"]}
 
 
-def _far_body(t: _Teacher, profile: str, schedule: str, phases: tuple[TrainConfig, TrainConfig], budget: FARBudget,
+def _far_body(t: TeacherRef, profile: str, schedule: str, phases: tuple[TrainConfig, TrainConfig], budget: FARBudget,
               device: str, data: Optional[str]) -> Callable[[Run], dict]:
     def body(run: Run) -> dict:
         with cpu_threads(phases[0].cpu_threads, device):
@@ -297,7 +256,7 @@ def _pruned_body(far_run: Run, profile: str, budget: FARBudget, device: str, dat
 _RUNTIME_ONLY = ("device", "progress", "cpu_threads")
 
 
-def _config(t: _Teacher, profile: str, schedule: str, phases, budget: FARBudget, data: Optional[str], **extra) -> dict:
+def _config(t: TeacherRef, profile: str, schedule: str, phases, budget: FARBudget, data: Optional[str], **extra) -> dict:
     strip = lambda c: {k: v for k, v in asdict(c).items() if k not in _RUNTIME_ONLY}  # noqa: E731
     return {
         "method": "far", "model_name": f"far_{t.model_name}", "profile": profile, "data": data or "demo",
@@ -384,7 +343,7 @@ def run_far_ablation(
                       _far_body(t, profile, schedule, phases, budget, device, data), force=force, log=log)
 
 
-def _check_teacher_is_vit(t: _Teacher) -> None:
+def _check_teacher_is_vit(t: TeacherRef) -> None:
     """Refuse a non-ViT teacher before any run directory is created (``check_vit``'s message)."""
     from methods.far import check_vit
 

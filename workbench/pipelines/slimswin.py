@@ -34,8 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Sequence
 
 import torch
@@ -45,7 +44,8 @@ from methods.slimswin import SlimSwinConfig, add_gates, check_swin, prunable_lay
 from methods.train import resolve_device
 from workbench.models import create_model, load_model, read_state_dict, register_builder
 from workbench.pipelines._slimswin_run import prune_and_finetune
-from workbench.runs import Run, RunError, ensure_run, open_run, runs_root
+from workbench.pipelines.teacher import TeacherRef, resolve_teacher
+from workbench.runs import Run, ensure_run, open_run
 
 __all__ = ["SlimSwinRecipe", "RECIPES", "get_recipe", "run_slimswin", "run_sweep", "run_id", "load_masks",
            "load_history", "pruned_model"]
@@ -104,48 +104,11 @@ def get_recipe(profile: str) -> SlimSwinRecipe:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Teacher:
-    ref: str  # run id or timm name as given
-    tag: str  # short name used in run ids ("swin-demo", "swin_tiny_patch4_window7_224")
-    model_name: str  # timm architecture
-    model_kwargs: dict = field(default_factory=dict)  # timm.create_model kwargs of the architecture
-    checkpoint: str | None = None  # weights file (None for a run: its own checkpoint)
-    sha256: str | None = None  # hash of the teacher weights
-
-
 def _resolve_teacher(teacher: str | Run | None, profile: str, checkpoint: str | None, device: str,
-                     log: Callable[[str], None]) -> _Teacher:
-    """Identify the teacher without loading it: a run (trained or reused) or a timm name + checkpoint."""
-    if teacher is None:
-        if profile == "paper":
-            raise ValueError("the paper profile needs --teacher: a Swin run id, or a timm Swin name with --checkpoint")
-        from workbench.pipelines.teacher import train_teacher
-
-        teacher = train_teacher("swin", profile, device=device, log=log)
-    if isinstance(teacher, Run):
-        teacher = str(teacher.dir)
-    is_run = (runs_root() / str(teacher) / "manifest.json").exists() or (
-        Path(str(teacher)).expanduser() / "manifest.json").exists()
-    if is_run:
-        if checkpoint is not None:
-            raise ValueError(f"teacher {teacher!r} is a run with its own checkpoint; drop --checkpoint")
-        run = open_run(teacher)
-        if run.status != "complete":
-            raise RunError(f"teacher run {run.id!r} is not complete (status {run.status!r}); finish it first")
-        tag = run.id[len("teacher-"):] if run.id.startswith("teacher-") else run.id
-        return _Teacher(run.id, tag, run.config["model_name"], dict(run.config.get("model_kwargs", {})), None,
-                        run.manifest.get("checkpoint_sha256"))
-    if checkpoint is None:
-        raise ValueError(f"teacher {teacher!r} is not a run; pass a trained Swin run id (e.g. teacher-swin-demo) "
-                         "or a timm Swin name with --checkpoint WEIGHTS (pruning random weights measures nothing)")
-    from workbench.runs import sha256_file
-
-    create_model(teacher)  # validates the name (clear error for unknown architectures)
-    path = Path(checkpoint).expanduser()
-    if not path.is_file():
-        raise ValueError(f"teacher checkpoint {str(path)!r} does not exist")
-    return _Teacher(teacher, teacher, teacher, {}, str(path), sha256_file(path))
+                     log: Callable[[str], None]) -> TeacherRef:
+    """A Swin teacher run (None: the demo Swin, trained or reused) or a timm Swin name + checkpoint."""
+    return resolve_teacher(teacher, profile, default_arch="swin", family="Swin", checkpoint=checkpoint, device=device,
+                           log=log)
 
 
 def run_id(teacher_tag: str, ratio: float, cfg: SlimSwinConfig, default: SlimSwinConfig) -> str:
@@ -198,7 +161,7 @@ def pruned_model(run: str | Run, device: str = "cpu") -> nn.Module:
 # --------------------------------------------------------------------------------------------
 
 
-def _config(teacher: _Teacher, cfg: SlimSwinConfig, recipe: SlimSwinRecipe, profile: str, data: str | None) -> dict:
+def _config(teacher: TeacherRef, cfg: SlimSwinConfig, recipe: SlimSwinRecipe, profile: str, data: str | None) -> dict:
     return {"method": "slimswin", "model_name": teacher.model_name, "model_kwargs": teacher.model_kwargs,
             "profile": profile, "data": data or "demo",
             "teacher": {"ref": teacher.ref, "checkpoint_sha256": teacher.sha256},
