@@ -24,6 +24,16 @@ def workbench_home(tmp_path_factory):
         os.environ["WORKBENCH_HOME"] = old
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """For modules of tiny models (``pytestmark = pytest.mark.usefixtures("one_thread")``): one thread is as fast
+    alone and much faster on a shared, loaded 2-core CPU."""
+    from methods.train import cpu_threads
+
+    with cpu_threads(1):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

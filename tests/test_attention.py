@@ -10,6 +10,7 @@ import pytest
 import timm
 import torch
 import torch.nn.functional as F
+import xarray as xr
 from einops import rearrange
 from skimage import data as skdata
 from timm.layers import Attention
@@ -88,7 +89,7 @@ def vit_reference(block: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         return torch.softmax((q * a.scale) @ k.transpose(-2, -1), dim=-1)
 
 
-def check_vit(model: torch.nn.Module, images: torch.Tensor, fused: bool, layers=None) -> "xr.Dataset":
+def check_vit(model: torch.nn.Module, images: torch.Tensor, fused: bool, layers=None) -> xr.Dataset:
     """Logits unchanged by recording, maps equal to the recomputation, rows sum to 1, flags restored."""
     set_fused(model, fused)
     flags = fused_flags(model)

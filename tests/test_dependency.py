@@ -23,12 +23,7 @@ TINY = dict(img_size=16, patch_size=4, embed_dim=16, depth=2, num_heads=2, mlp_r
 T = (16 // 4) ** 2 + 1
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -42,13 +42,7 @@ TINY = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, mlp_r
 T = (32 // 8) ** 2 + 1  # 16 patches + cls
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small ops on a shared 2-core CPU are far faster single-threaded."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture

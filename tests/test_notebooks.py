@@ -1,6 +1,5 @@
 """Execute every notebook end to end on the smoke profile (they are committed without outputs)."""
 
-import os
 from pathlib import Path
 
 import nbformat

@@ -17,13 +17,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import methods.slimswin as ss
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These models are tiny: one thread is as fast alone and much faster on a shared, loaded CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def demo_swin(**kwargs) -> SwinTransformer:

@@ -1,6 +1,5 @@
 """Training loop and run records: resume exactness, reuse, config conflicts, DDP."""
 
-import json
 import os
 import subprocess
 import sys
