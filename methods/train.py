@@ -6,7 +6,9 @@ One loop, composed from small parts instead of subclassed:
   (``create_optimizer_v2``, ``create_scheduler_v2``; the schedule is stepped per update);
 - ``loss_fn(model, images, targets) -> (loss, parts)`` carries any distillation objective
   (default: cross-entropy); ``parts`` are logged as per-epoch means;
-- ``after_step`` hooks run after every optimizer step (e.g. re-applying pruning masks);
+- :class:`TrainHook` objects see the model and the optimizer after every optimizer step and at
+  the end of every epoch (re-applying pruning masks, sparse momentum's prune-and-regrow), and put
+  their own state (masks, schedules) into the epoch checkpoint, so that a resumed run is exact;
 - ``on_epoch_end(epoch, metrics)`` receives the epoch's metrics (a run record writes them).
 
 Determinism and resume: every epoch reseeds torch's generator with ``seed + epoch`` and shuffles
@@ -38,7 +40,40 @@ from safetensors.torch import load_file, save_file
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
-Hook = Callable[[nn.Module], None]
+
+
+class TrainHook:
+    """A training-loop hook; override what you need (every method is a no-op here).
+
+    ``state_dict`` goes into the epoch checkpoint (``train_state.pt``, read back with
+    ``weights_only=True``: tensors, numbers, strings, and lists / dicts of them) and
+    ``load_state_dict`` gets it back when a run resumes, before the first step.
+    """
+
+    def after_step(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """After every optimizer step (model unwrapped from DDP)."""
+
+    def on_epoch_end(self, model: nn.Module, optimizer: torch.optim.Optimizer, epoch: int) -> dict[str, float] | None:
+        """After the epoch's last step, before evaluation and the checkpoint; may return metrics to log."""
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+
+class _StepFn(TrainHook):
+    """A plain ``fn(model)`` called after every step."""
+
+    def __init__(self, fn: Callable[[nn.Module], None]):
+        self.fn = fn
+
+    def after_step(self, model, optimizer) -> None:
+        self.fn(model)
+
+
+Hook = TrainHook | Callable[[nn.Module], None]
 
 
 @dataclass(frozen=True)
@@ -142,18 +177,21 @@ def unwrap(model: nn.Module) -> nn.Module:
     return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
 
 
-def save_checkpoint(ckpt_dir: Path, model: nn.Module, optimizer, epoch: int, num_updates: int, metrics: list[dict]) -> None:
-    """Epoch checkpoint: ``model.safetensors`` + ``train_state.pt`` (optimizer, epoch, metrics)."""
+def save_checkpoint(ckpt_dir: Path, model: nn.Module, optimizer, epoch: int, num_updates: int, metrics: list[dict],
+                    hooks: list[dict] | None = None) -> None:
+    """Epoch checkpoint: ``model.safetensors`` + ``train_state.pt`` (optimizer, epoch, metrics, hook states)."""
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     atomic_torch_save(
-        {"optimizer": optimizer.state_dict(), "epoch": epoch, "num_updates": num_updates, "metrics": metrics},
+        {"optimizer": optimizer.state_dict(), "epoch": epoch, "num_updates": num_updates, "metrics": metrics,
+         "hooks": hooks or []},
         ckpt_dir / "train_state.pt",
     )
     atomic_save_safetensors(unwrap(model).state_dict(), ckpt_dir / "model.safetensors", {"epoch": str(epoch)})
 
 
-def load_checkpoint_state(ckpt_dir: Path, model: nn.Module, optimizer) -> tuple[int, int, list[dict]] | None:
-    """Restore model and optimizer from ``ckpt_dir``; returns ``(next_epoch, num_updates, metrics)``."""
+def load_checkpoint_state(ckpt_dir: Path, model: nn.Module, optimizer,
+                          hooks: list[TrainHook] = ()) -> tuple[int, int, list[dict]] | None:
+    """Restore model, optimizer and hook states from ``ckpt_dir``; returns ``(next_epoch, num_updates, metrics)``."""
     state_path, model_path = ckpt_dir / "train_state.pt", ckpt_dir / "model.safetensors"
     if not (state_path.exists() and model_path.exists()):
         return None
@@ -162,6 +200,11 @@ def load_checkpoint_state(ckpt_dir: Path, model: nn.Module, optimizer) -> tuple[
     # The model file is written after the state file: if they disagree, the state is one behind.
     unwrap(model).load_state_dict(tensors)
     optimizer.load_state_dict(state["optimizer"])
+    saved = state.get("hooks") or []
+    if len(saved) not in (0, len(hooks)):
+        raise RuntimeError(f"checkpoint in {ckpt_dir} holds {len(saved)} hook states but {len(hooks)} hooks were given")
+    for hook, hook_state in zip(hooks, saved):
+        hook.load_state_dict(hook_state)
     return state["epoch"] + 1, state["num_updates"], list(state["metrics"])
 
 
@@ -195,7 +238,7 @@ def fit(
     cfg: TrainConfig,
     *,
     loss_fn: LossFn | None = None,
-    after_step: Iterable[Hook] = (),
+    hooks: Iterable[Hook] = (),
     ckpt_dir: Path | None = None,
     on_epoch_end: Callable[[int, dict], None] | None = None,
     params: Iterable[nn.Parameter] | None = None,
@@ -209,7 +252,8 @@ def fit(
         val_set: held-out dataset for ``val_acc``/``val_loss``, or None.
         cfg: hyperparameters.
         loss_fn: ``(model, images, targets) -> (loss, parts)``; default cross-entropy.
-        after_step: hooks called with the (unwrapped) model after every optimizer step.
+        hooks: :class:`TrainHook` objects (or plain ``fn(model)``, called after every optimizer step);
+            their states are checkpointed with the epoch and restored on resume.
         ckpt_dir: where epoch checkpoints go; if it holds one, training resumes after it.
         on_epoch_end: called on rank 0 with ``(epoch, metrics)`` after each epoch's checkpoint.
         params: parameters to optimise (default: those with ``requires_grad``).
@@ -221,9 +265,10 @@ def fit(
     device = resolve_device(cfg.device)
     if device.type == "cpu" and cfg.cpu_threads:
         with cpu_threads(cfg.cpu_threads):
-            return fit(model, train_set, val_set, replace(cfg, cpu_threads=None), loss_fn=loss_fn, after_step=after_step,
+            return fit(model, train_set, val_set, replace(cfg, cpu_threads=None), loss_fn=loss_fn, hooks=hooks,
                        ckpt_dir=ckpt_dir, on_epoch_end=on_epoch_end, params=params, stop_after=stop_after)
     rank, world = init_distributed()
+    hooks = [h if isinstance(h, TrainHook) else _StepFn(h) for h in hooks]
     model.to(device)
     loss_fn = loss_fn or cross_entropy(cfg.label_smoothing)
     trainable = [p for p in (params if params is not None else model.parameters()) if p.requires_grad]
@@ -239,7 +284,7 @@ def fit(
     )
     start, num_updates, history = 0, 0, []
     if ckpt_dir is not None:
-        restored = load_checkpoint_state(Path(ckpt_dir), model, optimizer)
+        restored = load_checkpoint_state(Path(ckpt_dir), model, optimizer, hooks)
         if restored is not None:
             start, num_updates, history = restored
     scheduler.step_update(num_updates)
@@ -278,8 +323,8 @@ def fit(
             optimizer.step()
             num_updates += 1
             scheduler.step_update(num_updates)
-            for hook in after_step:
-                hook(unwrap(train_model))
+            for hook in hooks:
+                hook.after_step(unwrap(train_model), optimizer)
             for k, v in {"loss": loss.item(), **parts}.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
             n_batches += 1
@@ -287,12 +332,14 @@ def fit(
                 bar.set_postfix(loss=f"{loss.item():.3f}")
         metrics = {"epoch": epoch, **{f"train_{k}": v / max(1, n_batches) for k, v in sums.items()}}
         metrics["lr"] = optimizer.param_groups[0]["lr"]
+        for hook in hooks:
+            metrics.update(hook.on_epoch_end(unwrap(train_model), optimizer, epoch) or {})
         if val_loader is not None and ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs):
             metrics.update(evaluate(train_model, val_loader, device))
         metrics["epoch_time_s"] = time.perf_counter() - t0
         history.append(metrics)
         if rank == 0 and ckpt_dir is not None:
-            save_checkpoint(Path(ckpt_dir), model, optimizer, epoch, num_updates, history)
+            save_checkpoint(Path(ckpt_dir), model, optimizer, epoch, num_updates, history, [h.state_dict() for h in hooks])
         if rank == 0 and on_epoch_end is not None:
             on_epoch_end(epoch, metrics)
         if world > 1:

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 import methods.teachers  # noqa: F401
-from methods.train import TrainConfig, fit
+from methods.train import TrainConfig, TrainHook, fit
 from workbench.data import DemoDataset
 from workbench.runs import RunError, ensure_run, open_run
 
@@ -116,7 +116,7 @@ def test_teacher_weights_do_not_depend_on_what_ran_before(smoke_teacher):
 DDP_SCRIPT = """
 import hashlib, os, sys, torch, timm
 import methods.teachers
-from methods.train import TrainConfig, fit
+from methods.train import TrainConfig, TrainHook, fit
 from workbench.data import DemoDataset
 torch.manual_seed(0)
 model = timm.create_model("vit_demo")
@@ -145,3 +145,51 @@ def test_torchrun_two_processes_identical_weights(tmp_path):
     init = timm.create_model("vit_demo").state_dict()
     trained = load_file(str(tmp_path / "model.safetensors"))
     assert not torch.equal(init["head.weight"], trained["head.weight"])
+
+
+class _DecayingMask(TrainHook):
+    """A stateful hook like sparse momentum's: zeroes the smallest weights of the head after every step, and prunes
+    a growing share at every epoch end (its state, a mask and a counter, must survive a resume)."""
+
+    def __init__(self):
+        self.mask: torch.Tensor | None = None
+        self.epochs = 0
+        self.seen_optimizer = False
+
+    def after_step(self, model, optimizer):
+        self.seen_optimizer = isinstance(optimizer, torch.optim.Optimizer)
+        if self.mask is not None:
+            with torch.no_grad():
+                model.head.weight.mul_(self.mask)
+
+    def on_epoch_end(self, model, optimizer, epoch):
+        self.epochs += 1
+        w = model.head.weight.detach().abs()
+        self.mask = (w > w.flatten().kthvalue(int(0.2 * self.epochs * w.numel())).values).float()
+        return {"density": self.mask.mean().item()}
+
+    def state_dict(self):
+        return {"mask": self.mask, "epochs": self.epochs}
+
+    def load_state_dict(self, state):
+        self.mask, self.epochs = state["mask"], state["epochs"]
+
+
+def test_hook_state_and_optimizer_survive_a_resume(tmp_path):
+    train, val = _data()
+    torch.manual_seed(0)
+    full = timm.create_model("vit_demo")
+    init = {k: v.clone() for k, v in full.state_dict().items()}
+    h_full = _DecayingMask()
+    hist_full = fit(full, train, val, CFG, hooks=[h_full], ckpt_dir=tmp_path / "a")
+    assert h_full.seen_optimizer and [round(m["density"], 3) for m in hist_full] == [0.8, 0.6, 0.4]
+
+    part = timm.create_model("vit_demo")
+    part.load_state_dict(init)
+    fit(part, train, val, CFG, hooks=[_DecayingMask()], ckpt_dir=tmp_path / "b", stop_after=1)
+    resumed = _DecayingMask()  # a fresh process: the hook's state comes from the checkpoint
+    hist = fit(part, train, val, CFG, hooks=[resumed], ckpt_dir=tmp_path / "b")
+    assert resumed.epochs == 3 and torch.equal(resumed.mask, h_full.mask)
+    assert _strip(hist) == _strip(hist_full)
+    for k, v in full.state_dict().items():
+        assert torch.equal(v, part.state_dict()[k]), k

@@ -170,7 +170,7 @@ def apply_masks(model: nn.Module, masks: torch.Tensor) -> nn.Module:
 
 
 def mask_hook(masks: torch.Tensor) -> Callable[[nn.Module], None]:
-    """An ``after_step`` hook ``hook(model)`` that re-applies ``masks`` (masked finetuning, §3.3)."""
+    """A training hook ``hook(model)`` (``fit(hooks=...)``) that re-applies ``masks`` (masked finetuning, §3.3)."""
 
     def hook(model: nn.Module) -> None:
         apply_masks(model, masks)

@@ -230,7 +230,7 @@ def _pruned_body(far_run: Run, profile: str, budget: FARBudget, device: str, dat
         apply_masks(student, masks)
         loader = DataLoader(val_set, batch_size=256)
         acc_pruned = evaluate(student, loader, dev)["val_acc"]  # masked, before finetuning
-        hist_f = fit(student, train_set, val_set, ft_cfg, after_step=[mask_hook(masks)],
+        hist_f = fit(student, train_set, val_set, ft_cfg, hooks=[mask_hook(masks)],
                      ckpt_dir=run.phase_dir("masked_finetune"), on_epoch_end=_phase_logger(run, "masked_finetune", reg_cfg.epochs))
         student.eval()
         small = shrink(student, masks).eval()
