@@ -36,8 +36,10 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from methods.io import atomic_save_safetensors, atomic_torch_save
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
 
@@ -156,21 +158,6 @@ def cross_entropy(label_smoothing: float = 0.0) -> LossFn:
 # --------------------------------------------------------------------------------------------
 # Checkpoints
 # --------------------------------------------------------------------------------------------
-
-
-def atomic_save_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
-    """Write tensors to ``path`` through a temporary file and an atomic rename."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata)
-    os.replace(tmp, path)
-
-
-def atomic_torch_save(obj: dict, path: Path) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 def unwrap(model: nn.Module) -> nn.Module:

@@ -2,7 +2,8 @@
 
 Every command prints a clear one-line error and exits non-zero on bad input (missing path, wrong
 checkpoint, unknown id, damaged store); nothing is left half-written because every file is
-written to a temporary name and renamed.
+written to a temporary name and renamed. The CLI owns every flag: the shared ones are defined
+once here, a method's own come from its registry entry (:class:`workbench.pipelines.Option`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-from typing import Callable, Sequence
+from typing import Sequence
 
 EXAMPLES = {
     "info": "workbench info",
@@ -22,14 +23,42 @@ EXAMPLES = {
         "  workbench analyze attention --model deit_tiny_patch16_224 --img-size 384 --images skimage:coffee --out stores/deit384.nc"
     ),
     "inspect": "workbench inspect stores/vit.nc",
-    "figures": "workbench figures --list\n  workbench figures --all\n  workbench figures --all --jobs 1\n  workbench figures teacher.attention far --profile smoke",
+    "figures": "workbench figures --list\n  workbench figures --all\n  workbench figures --all --jobs 1\n"
+               "  workbench figures teacher.fig1 far --profile smoke",
+    "run": "workbench run far --teacher teacher-vit-demo\n  workbench run slimswin --ratio 0.33",
 }
 
-#: Extra commands contributed by method pipelines: name -> (add_arguments, handler).
-RUN_COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
+
+def _add_device(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to compute (default: auto)")
+
+
+def _add_profile(p: argparse.ArgumentParser) -> None:
+    from workbench.profiles import PROFILES
+
+    p.add_argument("--profile", default="demo", choices=list(PROFILES), help="budgets (default: demo)")
+
+
+def _add_run_flags(p: argparse.ArgumentParser, force_help: str) -> None:
+    _add_profile(p)
+    _add_device(p)
+    p.add_argument("--data", default=None, help="ImageFolder root with train/ and val/ (required by --profile paper)")
+    p.add_argument("--force", action="store_true", help=force_help)
+
+
+def _add_option(p: argparse.ArgumentParser, opt) -> None:
+    if opt.switch:
+        p.add_argument(opt.flag, dest=opt.name, action=argparse.BooleanOptionalAction, default=None,
+                       help=f"{opt.help} (default: {'on' if opt.default else 'off'})")
+        return
+    default = f" (default: {opt.default})" if opt.default is not None else ""
+    p.add_argument(opt.flag, dest=opt.name, type=opt.type, choices=opt.choices, required=opt.required,
+                   default=None, help=opt.help + default)
 
 
 def _parser() -> argparse.ArgumentParser:
+    from workbench.pipelines import load_all as load_methods
+
     p = argparse.ArgumentParser(
         prog="workbench",
         description="Compress vision transformers with five published methods and look inside the results.",
@@ -38,59 +67,60 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True)
 
-    def add(name: str, help: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help, description=help, formatter_class=argparse.RawDescriptionHelpFormatter,
-                              epilog="examples:\n  " + EXAMPLES.get(name, ""))
+    def add(parent, name: str, help: str, examples: str = "") -> argparse.ArgumentParser:
+        return parent.add_parser(name, help=help, description=help, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=("examples:\n  " + examples) if examples else None)
 
-    add("info", "Versions, device, where runs and stores live, and what is there.")
+    add(sub, "info", "Versions, device, where runs and stores live, and what is there.", EXAMPLES["info"])
 
-    t = add("train", "Train a demo teacher (or any timm model on --data) as a run.")
+    methods = load_methods()
+    t = add(sub, "train", "Train a teacher (a demo teacher, or any timm model on --data) as a run.", EXAMPLES["train"])
     t.add_argument("what", choices=["teacher"], help="what to train")
-    t.add_argument("--arch", required=True, choices=["vit", "swin", "cnn"], help="which demo teacher")
-    t.add_argument("--model", default=None, help="a timm architecture instead of the demo teacher (with --data)")
-    t.add_argument("--data", default=None, help="ImageFolder root with train/ and val/ (required by --profile paper)")
-    _common(t)
-    t.add_argument("--epochs", type=int, default=None, help="override the profile's epoch count")
+    for opt in methods["teacher"].options:
+        _add_option(t, opt)
+    _add_run_flags(t, "retrain even if a complete run exists")
 
-    a = add("analyze", "Run an analysis extractor on a model and images; write an xarray store.")
+    a = add(sub, "analyze", "Run an analysis extractor on a model and images; write an xarray store.", EXAMPLES["analyze"])
     a.add_argument("kind", help="analysis name: attention, window-attention, dependency, retention, window-saliency, ...")
     a.add_argument("--model", required=True, help="run id/dir or timm name")
     a.add_argument("--checkpoint", default=None, help="local weights for a timm name (.safetensors, .pt, .pth)")
-    a.add_argument("--images", default="demo:val[:8]", help="image spec: demo:val[:16], skimage:astronaut,chelsea, or a folder")
+    a.add_argument("--images", default="demo:val[:8]",
+                   help="image spec: demo:val[:16], skimage:astronaut,chelsea, or a folder (flat or class sub-folders)")
     a.add_argument("--out", required=True, help="store path (.nc)")
     a.add_argument("--layers", default=None, help="comma-separated block indices (default: all)")
     a.add_argument("--img-size", type=int, default=None, help="input resolution for timm models (e.g. 384)")
-    a.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to compute (default: auto)")
+    _add_device(a)
 
-    i = add("inspect", "Summarise a store: variables, dims and provenance (checks that it opens).")
+    i = add(sub, "inspect", "Summarise a store: variables, dims and provenance (checks that it opens).", EXAMPLES["inspect"])
     i.add_argument("store", help="path of a .nc store")
 
-    f = add("figures", "Regenerate paper figures and tables into figures/ with an index.")
+    f = add(sub, "figures", "Regenerate paper figures and tables into figures/ with an index.", EXAMPLES["figures"])
     f.add_argument("ids", nargs="*", help="figure ids or paper prefixes (e.g. far.fig4, far)")
     g = f.add_mutually_exclusive_group()
     g.add_argument("--list", action="store_true", help="list registered figures")
     g.add_argument("--all", action="store_true", help="render every registered figure")
     f.add_argument("--out", default="figures", help="output directory (default: figures)")
     f.add_argument("--jobs", type=int, default=None,
-                   help="worker processes that train runs and compute analyses before drawing "
+                   help="worker processes that train runs and compute the figures' data before drawing "
                         "(default: one per CPU core on the CPU, 1 on a GPU; 1 = all in this process)")
-    _common(f, force_help="recompute analyses (runs are reused)")
+    _add_profile(f)
+    _add_device(f)
+    f.add_argument("--force", action="store_true", help="recompute analyses and figure data (runs are reused)")
 
-    r = add("run", "Run a compression method end to end (as a resumable run).")
+    r = add(sub, "run", "Run a compression method end to end (as resumable runs).", EXAMPLES["run"])
     rs = r.add_subparsers(dest="method", required=True)
-    from workbench.pipelines import load_all as load_pipelines
-
-    load_pipelines()
-    for name, (add_args, _) in RUN_COMMANDS.items():
-        mp = rs.add_parser(name, help=f"run {name}")
-        add_args(mp)
+    for name, entry in sorted(methods.items()):
+        if entry.teacher is None:
+            continue  # the teachers: `workbench train teacher`
+        mp = add(rs, name, entry.summary, "\n  ".join(entry.examples))
+        mp.add_argument("--teacher", default=None,
+                        help=f"teacher run id/dir, a demo arch ({entry.teacher}: the profile's demo teacher, trained if "
+                             f"missing; the default), or a timm {entry.family} name with --checkpoint")
+        mp.add_argument("--checkpoint", default=None, help="weights of a timm-name teacher (.safetensors, .pt, .pth)")
+        for opt in entry.options:
+            _add_option(mp, opt)
+        _add_run_flags(mp, "redo the method's runs even if complete (the teacher is reused)")
     return p
-
-
-def _common(p: argparse.ArgumentParser, force_help: str = "retrain even if a complete run exists") -> None:
-    p.add_argument("--profile", default="demo", choices=["demo", "smoke", "paper"], help="budgets (default: demo)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to compute (default: auto)")
-    p.add_argument("--force", action="store_true", help=force_help)
 
 
 def cmd_info(args) -> int:
@@ -106,8 +136,10 @@ def cmd_info(args) -> int:
 
     con = Console()
     v = versions()
-    con.print(f"[bold]vit-workbench[/] {v['workbench_version']}  torch {v['torch_version']}  timm {v['timm_version']}  python {platform.python_version()}")
-    con.print(f"device: {'cuda (' + torch.cuda.get_device_name(0) + ')' if torch.cuda.is_available() else 'cpu'}, {torch.get_num_threads()} threads")
+    con.print(f"[bold]vit-workbench[/] {v['workbench_version']}  torch {v['torch_version']}  timm {v['timm_version']}  "
+              f"python {platform.python_version()}")
+    con.print(f"device: {'cuda (' + torch.cuda.get_device_name(0) + ')' if torch.cuda.is_available() else 'cpu'}, "
+              f"{torch.get_num_threads()} threads")
     con.print(f"home: {home()}  (set WORKBENCH_HOME to move it)")
     runs = list_runs()
     if runs:
@@ -115,7 +147,8 @@ def cmd_info(args) -> int:
         for r in runs:
             m = r.manifest
             acc = (m.get("results") or {}).get("val_acc")
-            tab.add_row(r.id, m.get("status", "?"), str(m.get("model_name")), f"{acc:.4f}" if acc is not None else "-", f"{m.get('wall_time_s', 0):.0f}")
+            tab.add_row(r.id, m.get("status", "?"), str(m.get("model_name")), f"{acc:.4f}" if acc is not None else "-",
+                        f"{m.get('wall_time_s', 0):.0f}")
         con.print(tab)
     else:
         con.print("no runs yet: `workbench train teacher --arch vit` or `workbench figures --all`")
@@ -123,25 +156,47 @@ def cmd_info(args) -> int:
     return 0
 
 
-def cmd_train(args) -> int:
-    from workbench.pipelines.teacher import train_teacher
+def _method_options(args, entry) -> dict:
+    return {o.name: getattr(args, o.name) for o in entry.options if getattr(args, o.name, None) is not None}
 
-    run = train_teacher(args.arch, args.profile, force=args.force, device=args.device, data=args.data,
-                        model_name=args.model, epochs=args.epochs)
+
+def _print_run(run, entry) -> None:
     print(f"run: {run.dir}")
+    if entry.report is not None:
+        print(entry.report(run))
+        return
+    res = run.manifest.get("results", {})
+    print("  " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in res.items()))
+
+
+def cmd_train(args) -> int:
+    from workbench.pipelines import get_method, run_method
+
+    entry = get_method("teacher")
+    run = run_method("teacher", None, args.profile, device=args.device, data=args.data, force=args.force,
+                     **_method_options(args, entry))
+    _print_run(run, entry)
+    return 0
+
+
+def cmd_run(args) -> int:
+    from workbench.pipelines import get_method, run_method
+
+    entry = get_method(args.method)
+    run = run_method(args.method, args.teacher, args.profile, checkpoint=args.checkpoint, device=args.device,
+                     data=args.data, force=args.force, **_method_options(args, entry))
+    _print_run(run, entry)
     return 0
 
 
 def cmd_analyze(args) -> int:
-    from workbench.figures import run_analysis
+    from workbench.analyze import run_analysis
 
     opts = {}
     if args.layers:
         opts["layers"] = [int(x) for x in args.layers.split(",")]
-    if args.img_size:
-        opts["img_size"] = args.img_size
     path = run_analysis(args.kind.replace("-", "_"), args.model, args.images, args.out, checkpoint=args.checkpoint,
-                        device=args.device, **opts)
+                        device=args.device, img_size=args.img_size, **opts)
     print(f"wrote {path}")
     return 0
 
@@ -156,16 +211,22 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_figures(args) -> int:
+    import time
+
     from rich.console import Console
+    from rich.progress import Progress
     from rich.table import Table
 
     from workbench import figures as F
+    from workbench.figures.context import Context
+    from workbench.figures.render import render
+    from workbench.figures.schedule import default_jobs, prepare
 
     if args.list:
         specs = F.load_all()
-        tab = Table("id", "kind", "paper", "caption", "needs", "steps")
+        tab = Table("id", "kind", "paper", "caption", "data")
         for s in sorted(specs.values(), key=lambda s: s.id):
-            tab.add_row(s.id, s.kind, s.paper, textwrap.shorten(s.caption, 70), ", ".join(s.needs), ", ".join(s.steps))
+            tab.add_row(s.id, s.kind, s.paper, textwrap.shorten(s.caption, 70), ", ".join(s.data))
         Console(width=200).print(tab)
         return 0
     if not args.all and not args.ids:
@@ -173,44 +234,35 @@ def cmd_figures(args) -> int:
     specs = list(F.load_all().values()) if args.all else F.get(args.ids)
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
-    import time
-
-    from rich.progress import Progress
-
-    from workbench.figures.prepare import closure, default_jobs, prepare
-
     t0 = time.perf_counter()
-    steps = closure(dict.fromkeys(s for spec in specs for s in spec.steps))
+    steps = F.closure(dict.fromkeys(d for spec in specs for d in spec.data))
     jobs = min(args.jobs or default_jobs(args.device), max(1, len(steps)))
     written = []
     with Progress(transient=False) as prog:
         def log(line: str) -> None:
             prog.console.print(line, markup=False, highlight=False)
 
-        if steps:
-            task = prog.add_task(f"prepare ({jobs} job{'s' * (jobs > 1)})", total=len(steps))
-            prepare(steps, jobs=jobs, profile=args.profile, device=args.device, force=args.force, log=log,
-                    on_done=lambda i, sec: prog.advance(task))
+        task = prog.add_task(f"prepare ({jobs} job{'s' * (jobs > 1)})", total=len(steps))
+        prepare(steps, jobs=jobs, profile=args.profile, device=args.device, force=args.force, log=log,
+                on_done=lambda i, sec: prog.advance(task))
         t1 = time.perf_counter()
-        # drawing only reads what the steps prepared: "reusing complete run" for every figure would be noise
-        ctx = F.Context(args.profile, args.device, args.force,
-                        log=lambda line: None if line.startswith("reusing complete run") else log(line))
+        ctx = Context(args.profile, args.device, False, log=log)  # drawing only reads what was prepared
         task = prog.add_task("figures", total=len(specs))
         for spec in specs:
             prog.update(task, description=spec.id)
-            written += F.render([spec], ctx, args.out)
+            written += render([spec], ctx, args.out)
             prog.advance(task)
     t2 = time.perf_counter()
-    print(f"prepared {len(steps)} steps in {t1 - t0:.0f} s ({jobs} job{'s' * (jobs > 1)}), drew {len(specs)} items "
+    print(f"prepared {len(steps)} data in {t1 - t0:.0f} s ({jobs} job{'s' * (jobs > 1)}), drew {len(specs)} items "
           f"in {t2 - t1:.0f} s")
-    print(f"wrote {len(written)} files to {args.out}/ (index: {args.out}/index.md)")
+    print(f"wrote {len(written)} files to {args.out}/ (gallery: {args.out}/index.md)")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handlers = {"info": cmd_info, "train": cmd_train, "analyze": cmd_analyze, "figures": cmd_figures, "inspect": cmd_inspect,
-                "run": lambda a: RUN_COMMANDS[a.method][1](a)}
+    handlers = {"info": cmd_info, "train": cmd_train, "analyze": cmd_analyze, "figures": cmd_figures,
+                "inspect": cmd_inspect, "run": cmd_run}
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:

@@ -16,7 +16,6 @@ An *image spec* selects images everywhere in the CLI:
 from __future__ import annotations
 
 import functools
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from methods.io import atomic_path
 from workbench.provenance import DataSource
 
 DEMO_SEED = 0  # seed of the fixed train/val split
@@ -64,10 +64,8 @@ def _demo_arrays() -> tuple[np.ndarray, np.ndarray]:
 
     x, y = mnist_data()  # (5000, 784) float64 in [0, 255], (5000,)
     x, y = x.reshape(-1, DEMO_IMG_SIZE, DEMO_IMG_SIZE).astype(np.uint8), y.astype(np.int64)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp.npz")
-    np.savez(tmp, x=x, y=y)
-    os.replace(tmp, cache)
+    with atomic_path(cache) as tmp:
+        np.savez(tmp, x=x, y=y)
     return x, y
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from methods.io import atomic_write_text
 from workbench.provenance import now_iso, versions
 
 #: Callables told of every logged epoch, ``fn(run, epoch, metrics)`` (e.g. to forward progress from
@@ -49,13 +50,6 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
         for block in iter(lambda: f.read(chunk), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _canonical(config: dict) -> str:

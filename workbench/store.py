@@ -14,11 +14,11 @@ stored as int8 with xarray's ``dtype: bool`` encoding, so a round trip is exact.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import xarray as xr
 
+from methods.io import atomic_path
 from workbench.provenance import NULL, REQUIRED_ATTRS
 
 SUFFIX = ".nc"
@@ -60,13 +60,8 @@ def save(ds: xr.Dataset, path: str | Path) -> Path:
     _check_attrs(ds, "the Dataset")
     attrs = {k: _attr(v) for k, v in ds.attrs.items()}
     ds = ds.copy(deep=False).assign_attrs(attrs)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
+    with atomic_path(path) as tmp:
         ds.to_netcdf(tmp, engine="h5netcdf", invalid_netcdf=False)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
 
 

@@ -319,6 +319,7 @@ def extract_dependency(
     images: torch.Tensor,
     *,
     layers: int | Sequence[int] | None = None,
+    targets: torch.Tensor | None = None,
     queries: Optional[Sequence[int]] = None,
     method: Method = "auto",
 ) -> xr.Dataset:

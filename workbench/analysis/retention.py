@@ -37,6 +37,7 @@ def extract_retention(
     images: torch.Tensor | None = None,
     *,
     layers: int | Sequence[int] | None = None,
+    targets: torch.Tensor | None = None,
     threshold: float = 0.0,
     grouping: str = "full",
 ) -> xr.Dataset:

@@ -25,7 +25,6 @@ profile are in :data:`BUDGETS`.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import asdict, replace
 from typing import Callable, Literal, Optional
 
@@ -52,6 +51,7 @@ from methods.train import TrainConfig, atomic_save_safetensors, cpu_threads, eva
 from workbench.pipelines.far_budgets import BUDGETS, FARBudget, get_budget
 from workbench.models import create_model, load_model, load_weights, read_state_dict, register_builder
 from workbench.pipelines.teacher import TeacherRef, resolve_teacher
+from workbench.pipelines import Method, Option, register_method
 from workbench.runs import Run, RunError, ensure_run, open_run
 
 __all__ = ["BUDGETS", "FARBudget", "get_budget", "run_far", "run_far_ablation", "far_run_id", "load_masks"]
@@ -355,33 +355,17 @@ def _check_teacher_is_vit(t: TeacherRef) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.description = "Distill a FAR (BiLSTM instead of attention) student from a ViT teacher, then prune it."
-    p.add_argument("--teacher", default="vit",
-                   help="teacher run id/dir, a demo arch (vit: the profile's demo teacher), or a timm ViT name with --checkpoint")
-    p.add_argument("--checkpoint", default=None, help="weights of a timm-name teacher (.safetensors, .pt, .pth)")
-    p.add_argument("--profile", default="demo", choices=["demo", "smoke", "paper"], help="budgets (default: demo)")
-    p.add_argument("--data", default=None, help="ImageFolder root with train/ and val/ (required by --profile paper)")
-    p.add_argument("--schedule", default="combined", choices=list(SCHEDULES),
-                   help="Table 3 loss schedule of the distillation phase (default: combined = Eq. 4)")
-    p.add_argument("--no-prune", action="store_true", help="stop after distillation + finetuning (no DeepHoyer pruning)")
-    p.add_argument("--force", action="store_true", help="redo the FAR runs even if complete (the teacher is reused)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train (default: auto)")
+def _run(req, schedule: Schedule = "combined", prune: bool = True) -> Run:
+    t = req.teacher
+    return run_far(t.run or t.ref, req.profile.name, schedule=schedule, prune=prune, force=req.force, device=req.device,
+                   data=req.data, checkpoint=t.checkpoint, log=req.log)
 
 
-def _handle(args: argparse.Namespace) -> int:
-    run = run_far(args.teacher, args.profile, schedule=args.schedule, prune=not args.no_prune, force=args.force,
-                  device=args.device, data=args.data, checkpoint=args.checkpoint)
-    res = run.manifest.get("results", {})
-    print(f"run: {run.dir}")
-    print("  " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in res.items()))
-    return 0
-
-
-def _register() -> None:
-    from workbench.cli import RUN_COMMANDS
-
-    RUN_COMMANDS["far"] = (_add_arguments, _handle)
-
-
-_register()
+register_method(Method(
+    "far", "Distill a FAR (BiLSTM instead of attention) student from a ViT teacher, then prune it.", BUDGETS, _run,
+    teacher="vit", family="ViT",
+    options=(Option("schedule", "Table 3 loss schedule of the distillation phase (combined = Eq. 4)",
+                    choices=tuple(SCHEDULES), default="combined"),
+             Option("prune", "DeepHoyer pruning after distillation + finetuning", type=None, default=True, switch=True)),
+    examples=("workbench run far", "workbench run far --teacher teacher-vit-demo --schedule sim --no-prune"),
+))

@@ -31,7 +31,6 @@ Budgets per profile are in :data:`RECIPES` (``demo``, ``smoke``, ``paper``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from dataclasses import asdict, dataclass, replace
@@ -45,6 +44,7 @@ from methods.train import resolve_device
 from workbench.models import create_model, load_model, read_state_dict, register_builder
 from workbench.pipelines._slimswin_run import prune_and_finetune
 from workbench.pipelines.teacher import TeacherRef, resolve_teacher
+from workbench.pipelines import Method, Option, register_method
 from workbench.runs import Run, ensure_run, open_run
 
 __all__ = ["SlimSwinRecipe", "RECIPES", "get_recipe", "run_slimswin", "run_sweep", "run_id", "load_masks",
@@ -284,42 +284,30 @@ def run_sweep(teacher: str | Run | None = None, profile: str = "demo", ratios: S
 # --------------------------------------------------------------------------------------------
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.description = "SlimSwin: prune window-head pairs of a Swin teacher to a global ratio (Algorithm 1)."
-    p.epilog = ("examples:\n  workbench run slimswin --ratio 0.33\n"
-                "  workbench run slimswin --teacher teacher-swin-demo --ratio 0.67 --step-pairs 2\n"
-                "  workbench run slimswin --teacher swin_tiny_patch4_window7_224 --checkpoint swin_t.safetensors "
-                "--data ~/imagenet --profile paper --ratio 0.33")
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.add_argument("--teacher", default=None, help="Swin teacher: run id/dir, or timm name with --checkpoint "
-                   "(default: the profile's demo Swin teacher, trained if missing)")
-    p.add_argument("--ratio", type=float, required=True, help="global pruning ratio r in (0, 1), e.g. 0.33")
-    p.add_argument("--step-pairs", type=int, default=None, help="pairs pruned per iteration i (default: the profile's)")
-    p.add_argument("--reduce", default=None, choices=["abs_of_mean", "abs", "signed"],
-                   help="saliency over samples: |mean gradient| (default), mean |gradient|, or signed mean")
-    p.add_argument("--gate-mode", default=None, choices=["qkv", "output"], help="gate Q/K/V (paper, default) or head outputs")
-    p.add_argument("--checkpoint", default=None, help="teacher weights when --teacher is a timm name")
-    p.add_argument("--data", default=None, help="ImageFolder root with train/ and val/ (required by --profile paper)")
-    p.add_argument("--profile", default="demo", choices=["demo", "smoke", "paper"], help="budgets (default: demo)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to compute (default: auto)")
-    p.add_argument("--force", action="store_true", help="restart the run even if a complete one exists")
-
-
-def handle(args: argparse.Namespace) -> int:
-    run = run_slimswin(args.teacher, args.ratio, args.profile, step_pairs=args.step_pairs, reduce=args.reduce,
-                       gate_mode=args.gate_mode, checkpoint=args.checkpoint, data=args.data, force=args.force,
-                       device=args.device)
+def _report(run: Run) -> str:
     res = run.manifest["results"]
-    print(f"run: {run.dir}\npruned {res['pruned_pairs']}/{res['prunable_pairs']} window-head pairs (ratio {res['ratio']:.3f}); "
-          f"held-out top-1 {100 * res['val_acc']:.2f} % (teacher {100 * res['teacher_val_acc']:.2f} %); "
-          f"attention MACs -{100 * res['mac_reduction']:.1f} %")
-    return 0
+    return (f"pruned {res['pruned_pairs']}/{res['prunable_pairs']} window-head pairs (ratio {res['ratio']:.3f}); "
+            f"held-out top-1 {100 * res['val_acc']:.2f} % (teacher {100 * res['teacher_val_acc']:.2f} %); "
+            f"attention MACs -{100 * res['mac_reduction']:.1f} %")
 
 
-def _register_cli() -> None:
-    from workbench.cli import RUN_COMMANDS
+def _run(req, ratio: float, step_pairs: int | None = None, reduce: str | None = None, gate_mode: str | None = None) -> Run:
+    t = req.teacher
+    return run_slimswin(t.run or t.ref, ratio, req.profile.name, step_pairs=step_pairs, reduce=reduce, gate_mode=gate_mode,
+                        checkpoint=t.checkpoint, data=req.data, force=req.force, device=req.device, log=req.log)
 
-    RUN_COMMANDS["slimswin"] = (add_arguments, handle)
 
-
-_register_cli()
+register_method(Method(
+    "slimswin", "SlimSwin: prune window-head pairs of a Swin teacher to a global ratio (Algorithm 1).", RECIPES, _run,
+    teacher="swin", family="Swin",
+    options=(Option("ratio", "global pruning ratio r in (0, 1), e.g. 0.33", type=float, required=True),
+             Option("step_pairs", "pairs pruned per iteration i (default: the profile's)", type=int),
+             Option("reduce", "saliency over samples: |mean gradient| (default), mean |gradient|, or signed mean",
+                    choices=("abs_of_mean", "abs", "signed")),
+             Option("gate_mode", "gate Q/K/V (paper, default) or head outputs", choices=("qkv", "output"))),
+    examples=("workbench run slimswin --ratio 0.33",
+              "workbench run slimswin --teacher teacher-swin-demo --ratio 0.67 --step-pairs 2",
+              "workbench run slimswin --teacher swin_tiny_patch4_window7_224 --checkpoint swin_t.safetensors "
+              "--data ~/imagenet --profile paper --ratio 0.33"),
+    report=_report,
+))

@@ -1,0 +1,153 @@
+"""What a figure's data function may ask for: runs, cached analyses, other figure data, the profile.
+
+A :class:`Context` records the provenance of everything a data function uses (runs with their
+checkpoint hashes, analysis stores), stamps it on the Dataset the function returns, and stores that
+Dataset under ``$WORKBENCH_HOME/stores/<profile>/figdata/<id>.nc``. A stored Dataset is read back
+instead of recomputed while every run it used still has the same checkpoint and every store it read
+still exists (``force=True`` recomputes analyses and figure data; runs are always reused).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Callable
+
+import xarray as xr
+
+from workbench.provenance import NULL, now_iso, versions
+
+__all__ = ["Context"]
+
+
+class Context:
+    """Runs, analyses and figure data for one profile (module docstring)."""
+
+    def __init__(self, profile: str = "demo", device: str = "auto", force: bool = False,
+                 log: Callable[[str], None] = print):
+        from workbench.profiles import get_profile
+        from workbench.runs import home
+
+        self.profile = get_profile(profile)
+        self.device = device
+        self.force = force
+        self.log = log
+        self.store_dir = home() / "stores" / self.profile.name
+        self._used: list[list[dict]] = [[]]  # one frame per data function being computed (they nest)
+        self._fresh: set[str] = set()  # data ids computed by this context (not recomputed again under force)
+        self._recomputed: set[Path] = set()  # analysis stores computed by this context
+
+    # runs ------------------------------------------------------------------------------------
+    def teacher(self, arch: str):
+        """The profile's demo teacher of ``arch`` (``vit``, ``swin``, ``cnn``), trained or reused."""
+        return self.run("teacher", arch=arch)
+
+    def run(self, method: str, teacher=None, **options):
+        """A method's run through the registry (:func:`workbench.pipelines.run_method`), trained or reused."""
+        from workbench.pipelines import run_method
+
+        return self.use_run(run_method(method, teacher, self.profile.name, device=self.device, log=self.log, **options))
+
+    def use_run(self, run):
+        """Record that the data being computed uses ``run``; returns it."""
+        self._used[-1].append({"run": run.id, "method": run.config.get("method"), "model_name": run.config.get("model_name"),
+                               "checkpoint_sha256": run.manifest.get("checkpoint_sha256")})
+        return run
+
+    # analyses --------------------------------------------------------------------------------
+    def analysis(self, kind: str, model: str, images: str, *, checkpoint: str | None = None, **options) -> xr.Dataset:
+        """Extractor ``kind`` on ``model`` and ``images``, computed once and read back from its store afterwards."""
+        from workbench.analyze import run_analysis
+        from workbench.store import open_store
+
+        key = json.dumps({"kind": kind, "model": model, "checkpoint": checkpoint, "images": images, "options": options,
+                          "weights": _weights_sha(model, checkpoint)}, sort_keys=True, default=str)
+        path = self.store_dir / f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.nc"
+        if not path.exists() or (self.force and path not in self._recomputed):  # --force: once per context
+            run_analysis(kind, model, images, path, checkpoint=checkpoint, device=self.device, **options)
+            self._recomputed.add(path)
+        ds = open_store(path)
+        self._used[-1].append({"store": str(path), **{k: ds.attrs.get(k) for k in ("analysis", "model_name", "run",
+                                                                                     "checkpoint_sha256")}})
+        return ds
+
+    # figure data -----------------------------------------------------------------------------
+    def data_path(self, id: str) -> Path:
+        return self.store_dir / "figdata" / f"{id}.nc"
+
+    def data(self, id: str) -> xr.Dataset:
+        """The Dataset of the registered data ``id``: read back when fresh, else computed, stamped and stored."""
+        from workbench.figures import DATA, load_all
+        from workbench.store import open_store, save
+
+        if id not in DATA:
+            load_all()
+        if id not in DATA:
+            raise KeyError(f"unknown figure data {id!r}; known: {', '.join(sorted(DATA))}")
+        path = self.data_path(id)
+        if path.exists() and (id in self._fresh or not self.force):
+            ds = open_store(path)
+            if id in self._fresh or _still_valid(ds):
+                self._used[-1].extend(json.loads(ds.attrs.get("sources", "[]")))
+                return ds
+            ds.close()
+        self._used.append([])
+        try:
+            ds = DATA[id].make(self)
+        finally:
+            used = self._used.pop()
+        if not isinstance(ds, xr.Dataset):
+            raise TypeError(f"figure data {id!r} must return an xarray Dataset, got {type(ds).__name__}")
+        save(_stamp(ds, id, used, self.profile.name), path)
+        self._fresh.add(id)
+        self._used[-1].extend(used)
+        return open_store(path)
+
+
+def _weights_sha(model: str, checkpoint: str | None) -> str | None:
+    from workbench.runs import runs_root
+
+    manifest = runs_root() / model / "manifest.json"
+    if manifest.exists():
+        return json.loads(manifest.read_text()).get("checkpoint_sha256")
+    return checkpoint
+
+
+def _unique(used: list[dict]) -> list[dict]:
+    out, seen = [], set()
+    for u in used:
+        key = json.dumps(u, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            out.append(u)
+    return out
+
+
+def _stamp(ds: xr.Dataset, id: str, used: list[dict], profile: str) -> xr.Dataset:
+    """Provenance of a figure's data: the shared attrs (joined over the runs and stores it used) plus ``sources``."""
+    used = _unique(used)
+
+    def joined(key: str) -> str:
+        vals = list(dict.fromkeys(str(u[key]) for u in used if u.get(key) not in (None, NULL)))
+        return ", ".join(vals) if vals else NULL
+
+    attrs = {"analysis": f"figure-data:{id}", "model_name": joined("model_name"), "method": joined("method"),
+             "checkpoint_sha256": joined("checkpoint_sha256"), "run": joined("run"), "data": ds.attrs.get("data", NULL),
+             "config": ds.attrs.get("config", "{}"), "created": now_iso(), **versions(),
+             "profile": profile, "sources": json.dumps(used, default=str)}
+    return ds.assign_attrs({**ds.attrs, **attrs})
+
+
+def _still_valid(ds: xr.Dataset) -> bool:
+    """Every run a stored figure Dataset used still has the same checkpoint, and every store it read exists."""
+    from workbench.runs import runs_root
+
+    for u in json.loads(ds.attrs.get("sources", "[]")):
+        if u.get("store") and not Path(u["store"]).exists():
+            return False
+        if u.get("run") and "store" not in u:
+            manifest = runs_root() / u["run"] / "manifest.json"
+            if not manifest.exists() or json.loads(manifest.read_text()).get("checkpoint_sha256") != u.get("checkpoint_sha256"):
+                return False
+    return True
