@@ -2,8 +2,9 @@
 
 A model reference is one of
 
-- a run id or run directory (``teacher-vit-demo``, ``far-vit-demo``): the run's method rebuilds
-  the architecture through :data:`MODEL_BUILDERS` and its ``model.safetensors`` is loaded;
+- a run id or run directory (``teacher-vit-demo``, ``far-vit-demo``): its record names the model
+  as a timm name with JSON keyword arguments (every method registers its forms with timm), which
+  rebuilds the architecture, and its ``model.safetensors`` is loaded strictly;
 - a timm name (``deit_tiny_patch16_224``, ``swin_tiny_patch4_window7_224``, ``vit_demo``...)
   with an optional local checkpoint (``.safetensors``, or ``.pt``/``.pth`` read with
   ``weights_only=True``: a checkpoint that needs unpickling of arbitrary objects is refused).
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -39,25 +39,6 @@ class LoadedModel:
     std: tuple[float, ...]
 
 
-#: method -> builder(run) -> nn.Module with the run's architecture (weights loaded afterwards).
-MODEL_BUILDERS: dict[str, Callable[[Run], nn.Module]] = {}
-
-
-def register_builder(method: str) -> Callable:
-    """Decorator: register how a method's run rebuilds its architecture."""
-
-    def deco(fn: Callable[[Run], nn.Module]) -> Callable[[Run], nn.Module]:
-        MODEL_BUILDERS[method] = fn
-        return fn
-
-    return deco
-
-
-@register_builder("teacher")
-def _build_teacher(run: Run) -> nn.Module:
-    return create_model(run.config["model_name"], **run.config.get("model_kwargs", {}))
-
-
 def create_model(name: str, *, pretrained: bool = False, **kwargs) -> nn.Module:
     """``timm.create_model`` with the demo teachers registered and no downloads.
 
@@ -66,7 +47,9 @@ def create_model(name: str, *, pretrained: bool = False, **kwargs) -> nn.Module:
     """
     import timm
 
-    import methods.teachers  # noqa: F401  (registers the demo teachers with timm)
+    from methods import register_models
+
+    register_models()  # the demo teachers and every method's model forms are timm names
 
     if not timm.is_model(name):
         close = timm.list_models(f"*{name.split('_')[0]}*")[:8]
@@ -152,15 +135,10 @@ def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | 
         if run.status != "complete":
             raise RunError(f"run {run.id!r} is not complete (status {run.status!r}); finish it first (rerun its command to resume)")
         method = run.config.get("method", "teacher")
-        if method not in MODEL_BUILDERS:
-            from workbench.pipelines import load_all
-
-            load_all()
-        if method not in MODEL_BUILDERS:
-            raise RunError(f"run {run.id!r} was made by method {method!r}, which this workbench cannot rebuild")
-        model = MODEL_BUILDERS[method](run)
+        name, model_kwargs = run_model_spec(run)
+        model = create_model(name, **model_kwargs)
         load_weights(model, read_state_dict(run.checkpoint), what=f"run {run.id!r} checkpoint")
-        source = ModelSource(run.config["model_name"], method, run.manifest.get("checkpoint_sha256") or sha256_file(run.checkpoint), run.id)
+        source = ModelSource(name, method, run.manifest.get("checkpoint_sha256") or sha256_file(run.checkpoint), run.id)
     else:
         model = create_model(ref, **kwargs)
         sha = None
@@ -175,6 +153,18 @@ def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | 
         s = kwargs["img_size"]
         input_size = (input_size[0], *((s, s) if isinstance(s, int) else s))
     return LoadedModel(model, source, input_size, tuple(cfg.get("mean", (0.485, 0.456, 0.406))), tuple(cfg.get("std", (0.229, 0.224, 0.225))))
+
+
+def run_model_spec(run: Run) -> tuple[str, dict]:
+    """The timm name and keyword arguments of the model a run saved.
+
+    A run whose architecture is only known at its end (a pruned model) records it in its manifest as
+    ``model: {name, kwargs}``; otherwise its config's ``model_name`` and ``model_kwargs`` define it.
+    """
+    spec = run.manifest.get("model")
+    if spec:
+        return spec["name"], dict(spec.get("kwargs") or {})
+    return run.config["model_name"], dict(run.config.get("model_kwargs") or {})
 
 
 def _maybe_run(ref: str) -> Run | None:

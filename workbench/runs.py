@@ -150,7 +150,9 @@ def ensure_run(
         run_id: directory name under :func:`runs_root`.
         config: JSON-able definition of the result (method, model, profile, hyperparameters).
         body: does the work given the run (resuming from ``run.dir`` checkpoints if present) and
-            returns final metrics, stored in the manifest.
+            returns final metrics, stored in the manifest; a ``model`` entry ``{name, kwargs}`` (the timm
+            name and JSON kwargs of the saved model, when only the run's end knows them, e.g. after
+            pruning) is stored apart as the manifest's ``model``.
         force: delete any existing run of that id and start afresh.
         log: where one-line status messages go.
 
@@ -217,6 +219,7 @@ def _ensure_locked(run_id, run_dir: Path, config: dict, config_sha: str, body, l
     finally:
         run.update_manifest(wall_time_s=previous + time.perf_counter() - t0)
     ckpt = {"checkpoint_sha256": sha256_file(run.checkpoint)} if run.checkpoint.exists() else {}
-    run.update_manifest(status="complete", results=results, completed=now_iso(), **ckpt)
+    model = {"model": results.pop("model")} if "model" in results else {}
+    run.update_manifest(status="complete", results=results, completed=now_iso(), **ckpt, **model)
     log(f"run {run_id} complete: " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in results.items()))
     return run

@@ -14,7 +14,8 @@ Eq. 5–6). Submodules:
 - :mod:`.config` — size variants and the hyperparameters of App. A;
 - :mod:`.adjoint` — the BiLSTM's input gradients for all output tokens at once (token dependency, §4.3);
 - :mod:`.latency` — single-image CPU latency in PyTorch / ONNX Runtime (App. A.4), uniform pruning masks;
-- :mod:`.paper` — the paper's Table 1 and Table 3 numbers.
+- :mod:`.paper` — the paper's Table 1 and Table 3 numbers;
+- :mod:`.models` — the model forms as timm names (``far_vit``, with ``keep`` masks for the shrunk form).
 
 Typical use::
 
@@ -62,6 +63,7 @@ from .hoyer import (
     unit_group_norms,
 )
 from .losses import SCHEDULES, FARLoss, similarity_loss
+from .models import far_config, far_vit
 from .lstm import DIRECTIONS, MultiHeadBiLSTM
 from .replace import (
     block_outputs,
@@ -79,7 +81,7 @@ __all__ = [
     "CONVENTIONS", "DIRECTIONS", "FAR_VARIANTS", "PAPER_TABLE2", "SCHEDULES",
     "DistillConfig", "FARConfig", "FARLoss", "FARVariant", "FinetuneConfig", "Grouping", "MultiHeadBiLSTM",
     "PruneConfig", "Schedule", "SimInput", "Table2Row",
-    "apply_masks", "attention_macs", "block_outputs", "capture_block_outputs", "check_vit", "count_flops",
+    "apply_masks", "far_config", "far_vit", "attention_macs", "block_outputs", "capture_block_outputs", "check_vit", "count_flops",
     "count_params", "embed_tokens", "freeze_for_distillation", "from_scratch", "group_hoyer",
     "hoyer_regularizer", "kept_masks", "load_pruned_state_dict", "lstm_macs", "mask_hook", "prune_masks",
     "replace_attention", "retention", "shrink", "similarity_loss", "substitute_macs", "substitutes",

@@ -7,6 +7,7 @@ Transformers" (papers/004). Pure torch/timm; never imports ``workbench``.
 * :mod:`.gates` -- window x head gates on Q/K/V (§IV-C) or head outputs (Michel et al. 2019).
 * :mod:`.saliency` -- gate-gradient saliency, global ranking, Algorithm 1, KD loss (§IV, §V-B).
 * :mod:`.pruned` -- inference that skips pruned pairs (§IV-C, Fig. 3).
+* :mod:`.models` -- the train (gated) and deploy (pruned) forms as timm model names.
 * :mod:`.macs` -- attention MACs under a mask (Table I) and a component-wise breakdown (Fig. 1).
 """
 
@@ -15,6 +16,7 @@ from .geometry import (SWIN_BASE, SWIN_DEMO, SWIN_TINY, SwinConfig, SwinLayerGeo
                        swin_blocks, swin_layers, token_window_assignment, window_centers, window_positions)
 from .macs import (PAPER_ATTENTION_MACS, PAPER_TABLE_I, PaperTableRow, attention_macs, sum_macs,
                    swin_flops_breakdown)
+from .models import slimswin_pruned, slimswin_swin
 from .pruned import PrunedWindowAttention, Rectangle, Strategy, pair_rectangles, rectangle_cost, to_pruned
 from .saliency import (Exclude, PruneHistory, PruneStep, SaliencyReduce, SlimSwinConfig, global_ranking, kd_loss,
                        prunable_layers, prune, prune_step, pruning_ratio, window_head_saliency)
@@ -29,6 +31,8 @@ __all__ = [
     # saliency and Algorithm 1
     "SaliencyReduce", "Exclude", "SlimSwinConfig", "PruneStep", "PruneHistory", "kd_loss", "window_head_saliency",
     "prunable_layers", "pruning_ratio", "global_ranking", "prune_step", "prune",
+    # model forms (timm names)
+    "slimswin_swin", "slimswin_pruned",
     # pruned inference
     "Strategy", "Rectangle", "PrunedWindowAttention", "pair_rectangles", "rectangle_cost", "to_pruned",
     # MACs

@@ -131,7 +131,7 @@ def _in_pool(graph: dict[str, tuple[str, ...]], jobs: int, prio: dict[str, float
             while ready and running < jobs:
                 i = ready.pop(0)
                 log(f"[{i}] started")
-                pool.apply_async(_run_step, (i, profile, device, force),
+                pool.apply_async(_run_step, (i, DATA[i].module, profile, device, force),
                                  callback=lambda sec, i=i: done.put((i, sec, None)),
                                  error_callback=lambda err, i=i: done.put((i, None, err)))
                 running += 1
@@ -182,12 +182,15 @@ def _init_worker(records, threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _run_step(step_id: str, profile: str, device: str, force: bool) -> float:
+def _run_step(step_id: str, module: str, profile: str, device: str, force: bool) -> float:
+    import importlib
+
     from workbench import runs
     from workbench.figures import load_all
     from workbench.figures.context import Context
 
     load_all()  # a spawned process starts with empty registries
+    importlib.import_module(module)  # where the step is registered (a test's module, say)
     logger = logging.getLogger(LOGGER)
 
     def on_epoch(run, epoch: int, metrics: dict) -> None:

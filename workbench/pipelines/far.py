@@ -49,7 +49,7 @@ from methods.far import (
 )
 from methods.train import TrainConfig, atomic_save_safetensors, cpu_threads, evaluate, fit, is_main, resolve_device
 from workbench.pipelines.far_budgets import BUDGETS, FARBudget, get_budget
-from workbench.models import create_model, load_model, load_weights, read_state_dict, register_builder
+from workbench.models import create_model, load_model, load_weights, read_state_dict
 from workbench.pipelines.teacher import TeacherRef, resolve_teacher
 from workbench.pipelines import Method, Option, register_method
 from workbench.runs import Run, RunError, ensure_run, open_run
@@ -92,21 +92,6 @@ def _load_teacher(t: TeacherRef) -> nn.Module:
 # --------------------------------------------------------------------------------------------
 # Builder and masks
 # --------------------------------------------------------------------------------------------
-
-
-@register_builder("far")
-def _build_far(run: Run) -> nn.Module:
-    """The FAR student of a run: the teacher's architecture with BiLSTM substitutes, shrunk to the
-    run's ``masks.safetensors`` when it has one (weights are loaded afterwards by ``load_model``)."""
-    cfg = run.config
-    teacher = create_model(cfg["teacher"]["model_name"], **cfg["teacher"].get("model_kwargs", {}))
-    far_cfg = cfg["far"]
-    student = replace_attention(teacher, FARConfig(**{**far_cfg, "layers": None if far_cfg.get("layers") is None
-                                                       else tuple(far_cfg["layers"])}))
-    masks_path = run.dir / "masks.safetensors"
-    if masks_path.exists():
-        student = shrink(student, load_masks(run))
-    return student
 
 
 def load_masks(run: str | Run) -> torch.Tensor:
@@ -241,7 +226,8 @@ def _pruned_body(far_run: Run, profile: str, budget: FARBudget, device: str, dat
             atomic_save_safetensors(small.state_dict(), run.checkpoint)
         ret = retention(masks)  # (layer, head, direction)
         before, after = _counts(student), _counts(small)
-        return {"val_acc": evaluate(small, loader, dev)["val_acc"], "regularised_val_acc": hist_r[-1]["val_acc"],
+        model = {"name": "far_vit", "kwargs": {**far_run.config["model_kwargs"], "keep": masks.int().tolist()}}
+        return {"model": model, "val_acc": evaluate(small, loader, dev)["val_acc"], "regularised_val_acc": hist_r[-1]["val_acc"],
                 "pruned_before_finetune_val_acc": acc_pruned, "masked_val_acc": hist_f[-1]["val_acc"],
                 "kept_fraction": ret.mean().item(), "kept_forward": ret[:, :, 0].mean().item(),
                 "kept_reverse": ret[:, :, 1].mean().item(), "kept_units": int(masks.sum()), "units": masks.numel(),
@@ -259,7 +245,8 @@ _RUNTIME_ONLY = ("device", "progress", "cpu_threads")
 def _config(t: TeacherRef, profile: str, schedule: str, phases, budget: FARBudget, data: Optional[str], **extra) -> dict:
     strip = lambda c: {k: v for k, v in asdict(c).items() if k not in _RUNTIME_ONLY}  # noqa: E731
     return {
-        "method": "far", "model_name": f"far_{t.model_name}", "profile": profile, "data": data or "demo",
+        "method": "far", "model_name": "far_vit", "profile": profile, "data": data or "demo",
+        "model_kwargs": {"base": t.model_name, "base_kwargs": t.model_kwargs, "far": asdict(budget.far)},
         "teacher": {"ref": t.ref, "run": t.run, "model_name": t.model_name, "model_kwargs": t.model_kwargs,
                     "checkpoint_sha256": t.sha256},
         "far": asdict(budget.far), "schedule": schedule,

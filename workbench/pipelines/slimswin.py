@@ -41,7 +41,7 @@ import torch.nn as nn
 
 from methods.slimswin import SlimSwinConfig, add_gates, check_swin, prunable_layers, swin_layers
 from methods.train import resolve_device
-from workbench.models import create_model, load_model, read_state_dict, register_builder
+from workbench.models import create_model, load_model, read_state_dict
 from workbench.pipelines._slimswin_run import prune_and_finetune
 from workbench.pipelines.teacher import TeacherRef, resolve_teacher
 from workbench.pipelines import Method, Option, register_method
@@ -128,13 +128,6 @@ def run_id(teacher_tag: str, ratio: float, cfg: SlimSwinConfig, default: SlimSwi
 # --------------------------------------------------------------------------------------------
 
 
-@register_builder("slimswin")
-def _build_slimswin(run: Run) -> nn.Module:
-    """The gated Swin of a SlimSwin run (weights and masks are loaded by ``load_model``)."""
-    model = create_model(run.config["model_name"], **run.config.get("model_kwargs", {}))
-    return add_gates(model, mode=run.config["slimswin"]["gate_mode"])
-
-
 def load_masks(run: str | Run) -> list[torch.Tensor]:
     """The run's 0/1 masks, one bool ``(num_windows, num_heads)`` tensor per layer (True = kept)."""
     run = run if isinstance(run, Run) else open_run(run)
@@ -162,7 +155,8 @@ def pruned_model(run: str | Run, device: str = "cpu") -> nn.Module:
 
 
 def _config(teacher: TeacherRef, cfg: SlimSwinConfig, recipe: SlimSwinRecipe, profile: str, data: str | None) -> dict:
-    return {"method": "slimswin", "model_name": teacher.model_name, "model_kwargs": teacher.model_kwargs,
+    return {"method": "slimswin", "model_name": "slimswin_swin",
+            "model_kwargs": {"base": teacher.model_name, "base_kwargs": teacher.model_kwargs, "gate_mode": cfg.gate_mode},
             "profile": profile, "data": data or "demo",
             "teacher": {"ref": teacher.ref, "checkpoint_sha256": teacher.sha256},
             "slimswin": asdict(cfg),

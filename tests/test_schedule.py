@@ -1,0 +1,94 @@
+"""workbench.figures.schedule: figure data computed after what it needs, in parallel workers; failures surface."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+import _figure_data  # noqa: F401  (registers the test.* data)
+from workbench.figures import DATA, DataSpec, closure
+from workbench.figures.schedule import prepare
+
+pytestmark = pytest.mark.integration
+
+
+def _records(path):
+    return {r["id"]: r for r in map(json.loads, path.read_text().splitlines())}
+
+
+@pytest.fixture
+def fresh_home(tmp_path, monkeypatch):
+    """A WORKBENCH_HOME of the test's own: stored figure data of one test must not satisfy another's."""
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PREPARE_TEST_LOG", str(tmp_path / "steps.jsonl"))
+    return tmp_path / "steps.jsonl"
+
+
+def test_closure_has_dependencies_and_rejects_unknown(monkeypatch):
+    assert closure(["test.d"]) == {"test.d": ("test.b", "test.c"), "test.b": ("test.a",), "test.c": (), "test.a": ()}
+    with pytest.raises(KeyError, match="unknown figure data 'test.nope'"):
+        closure(["test.nope"])
+    monkeypatch.setitem(DATA, "test.x", DataSpec("test.x", print, ("test.y",)))
+    monkeypatch.setitem(DATA, "test.y", DataSpec("test.y", print, ("test.x",)))
+    import graphlib
+
+    with pytest.raises(graphlib.CycleError):
+        prepare(["test.x"], jobs=1, log=lambda s: None, profile="smoke", device="cpu")
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_each_step_once_after_its_dependencies_then_exclusive_ones_alone(fresh_home, jobs):
+    lines, done = [], []
+    took = prepare(["test.d", "test.timing"], jobs=jobs, log=lines.append, profile="smoke", device="cpu",
+                   on_done=lambda i, s: done.append(i))
+    rec = _records(fresh_home)
+    assert set(rec) == set(took) == set(done) == {"test.a", "test.b", "test.c", "test.d", "test.timing"}
+    assert len(fresh_home.read_text().splitlines()) == 5  # each step once
+    assert rec["test.b"]["start"] >= rec["test.a"]["end"]
+    assert rec["test.d"]["start"] >= max(rec["test.b"]["end"], rec["test.c"]["end"])
+    assert rec["test.timing"]["start"] >= max(r["end"] for i, r in rec.items() if i != "test.timing")  # alone, last
+    assert rec["test.timing"]["pid"] == os.getpid()  # in this process
+    assert any("test.a ran on profile smoke" in line for line in lines)  # worker log lines reach the parent
+    if jobs == 2:
+        assert all(r["pid"] != os.getpid() for i, r in rec.items() if i != "test.timing")  # in worker processes
+    # a second prepare reads every stored Dataset back: nothing runs again
+    prepare(["test.d", "test.timing"], jobs=jobs, log=lambda s: None, profile="smoke", device="cpu")
+    assert len(fresh_home.read_text().splitlines()) == 5
+
+
+def test_independent_steps_run_at_the_same_time(fresh_home):
+    """p1 and p2 each wait until the other has started: they pass only when two workers run them together."""
+    prepare(["test.p1", "test.p2"], jobs=2, log=lambda s: None, profile="smoke", device="cpu")
+    rec = _records(fresh_home)
+    assert set(rec) == {"test.p1", "test.p2"} and rec["test.p1"]["pid"] != rec["test.p2"]["pid"]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_failing_step_raises_its_error_and_what_waits_never_starts(fresh_home, jobs):
+    with pytest.raises(ValueError, match="/nope does not exist"):
+        prepare(["test.fails", "test.d"], jobs=jobs, log=lambda s: None, profile="smoke", device="cpu")
+    assert "test.d" not in (_records(fresh_home) if fresh_home.exists() else {})
+
+
+def test_a_failure_stops_the_other_workers_at_once(fresh_home):
+    """test.slow would sleep 60 s; a failure next to it must not wait for it to end."""
+    lines = []
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="/nope does not exist"):
+        prepare(["test.fails_now", "test.slow"], jobs=2, log=lines.append, profile="smoke", device="cpu")
+    assert time.perf_counter() - t0 < 40
+    assert any("[test.fails_now] failed" in line for line in lines) and any("stopping the workers" in line for line in lines)
+    assert not fresh_home.exists()  # test.slow never finished
+
+
+def test_registered_figures_read_registered_data_in_a_graph():
+    from workbench.figures import load_all
+
+    specs = load_all()
+    graph = closure(dict.fromkeys(d for spec in specs.values() for d in spec.data))
+    assert {"teacher.vit", "teacher.swin", "teacher.cnn"} <= set(graph)
+    for spec in specs.values():
+        assert spec.data and all(d in DATA for d in spec.data), spec.id
