@@ -1,0 +1,98 @@
+"""What every method's pipeline needs: the teacher, the data, the run record, counts.
+
+Public helpers for the modules of this package (and for a new method's own module), so that a
+method's pipeline is its run body plus its registry entry.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Callable
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset
+
+from methods.train import TrainConfig, evaluate, resolve_device
+from workbench.models import create_model, load_model, load_weights, read_state_dict
+from workbench.runs import Run, ensure_run
+
+if TYPE_CHECKING:
+    from workbench.pipelines import RunRequest
+    from workbench.pipelines.teacher import TeacherRef
+
+__all__ = ["RUNTIME_ONLY", "load_teacher", "teacher_record", "train_record", "method_data", "phase_logger",
+           "accuracy", "model_counts", "student_run", "run_tag"]
+
+#: TrainConfig fields that do not define a run's result (left out of its config, so changing them reuses the run).
+RUNTIME_ONLY = ("device", "progress", "cpu_threads", "num_workers")
+
+
+def load_teacher(t: "TeacherRef", device: str | torch.device = "cpu") -> nn.Module:
+    """The teacher in eval mode with frozen parameters (a run's model, or a timm name with its weights)."""
+    if t.run is not None:
+        model = load_model(t.run, device=device).model
+    else:
+        model = create_model(t.model_name, **t.model_kwargs)
+        load_weights(model, read_state_dict(t.checkpoint), what=f"teacher checkpoint {t.checkpoint!r}")
+        model = model.to(device)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model.eval()
+
+
+def teacher_record(t: "TeacherRef") -> dict:
+    """The teacher as recorded in a student run's config (what defines the result)."""
+    return {"ref": t.ref, "run": t.run, "model_name": t.model_name, "model_kwargs": t.model_kwargs,
+            "checkpoint_sha256": t.sha256}
+
+
+def train_record(cfg: TrainConfig) -> dict:
+    """A training config as recorded in a run's config (without the fields that do not change the result)."""
+    return {k: v for k, v in asdict(cfg).items() if k not in RUNTIME_ONLY}
+
+
+def method_data(req: "RunRequest", model: nn.Module) -> tuple[Dataset, Dataset]:
+    """Training and held-out sets of the request's profile and data, sized and normalised for ``model``."""
+    from workbench.pipelines.teacher import datasets
+
+    pc = getattr(model, "pretrained_cfg", {}) or {}
+    return datasets(req.profile.name, req.data, tuple(pc.get("input_size", (1, 28, 28))), pc.get("mean"), pc.get("std"))
+
+
+def phase_logger(run: Run, phase: str, offset: int) -> Callable[[int, dict], None]:
+    """``fit``'s ``on_epoch_end`` writing the run's metrics with a phase label and a run-global epoch index."""
+    def log(epoch: int, metrics: dict) -> None:
+        run.log_epoch(offset + epoch, {"phase": phase, "phase_epoch": epoch,
+                                       **{k: v for k, v in metrics.items() if k != "epoch"}})
+
+    return log
+
+
+def accuracy(model: nn.Module, val_set: Dataset, device: str | torch.device = "auto") -> float:
+    """Held-out top-1 accuracy of ``model`` (eval mode)."""
+    return evaluate(model.eval(), DataLoader(val_set, batch_size=256), resolve_device(device))["val_acc"]
+
+
+def model_counts(model: nn.Module, input_size: tuple[int, int, int] | None = None) -> dict[str, int]:
+    """Parameters and MACs per image (:func:`methods.flops.count_macs`, every attention kernel counted), on a CPU copy."""
+    from methods.flops import count_macs
+
+    input_size = input_size or tuple((getattr(model, "pretrained_cfg", {}) or {}).get("input_size", (1, 28, 28)))
+    cpu = copy.deepcopy(model).float().cpu().eval()
+    return {"params": sum(p.numel() for p in cpu.parameters()),
+            "macs": count_macs(cpu, torch.zeros(1, *input_size)).total}
+
+
+def run_tag(req: "RunRequest") -> str:
+    """The teacher part of a student's run id: ``vit-demo`` for ``teacher-vit-demo``, else ``<timm name>-<profile>``."""
+    tag = req.teacher.tag if req.teacher is not None else "none"
+    return tag if tag.endswith(f"-{req.profile.name}") else f"{tag}-{req.profile.name}"
+
+
+def student_run(req: "RunRequest", run_id: str, config: dict, body: Callable[[Run], dict]) -> Run:
+    """``ensure_run`` with the request's teacher, profile and data recorded in ``config``, and its force and log."""
+    full = {"method": req.method, "profile": req.profile.name, "data": req.data or "demo",
+            **({"teacher": teacher_record(req.teacher)} if req.teacher is not None else {}), **config}
+    return ensure_run(run_id, full, body, force=req.force, log=req.log)
