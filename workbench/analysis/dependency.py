@@ -19,15 +19,16 @@ Which input (``wrt``; hook names of :mod:`methods.hooks`):
 
 - ``"mixer_input"`` (default) — u = LN1(x_l), the input of the token mixer (``blocks.{i}.hook_mixer_in``).
   This measures token mixing: for attention ∂y_q/∂u_k is the attention weight P_qk times W_v (plus
-  the softmax's dependence on k), so the teacher's saliency follows its attention (Spearman ρ ≈ 0.9
-  on the demo ViT's first block, docs/far-demo-budgets.md). FAR's own LayerNorm (§3.2) sits inside its
-  token mixer, so FAR's columns still carry that LayerNorm's 1/σ_k.
+  the softmax's dependence on k), so the teacher's saliency follows its attention: on the demo ViT
+  (8 analysis images) the rank correlation of its head-averaged, row-normalised saliency with its own
+  attention is 0.94 in the first block and 0.88–0.94 in all six (docs/far-demo-budgets.md). FAR's own
+  LayerNorm (§3.2) sits inside its token mixer, so FAR's columns still carry that LayerNorm's 1/σ_k.
 - ``"residual"`` — u = x_l, the block's residual-stream input (``blocks.{i}.hook_resid_pre``): the
   gradient passes through LN1 (and FAR's own LayerNorm), whose Jacobian at token k is scaled by
   1/σ_k. On MNIST the blank patches have σ ≈ 0.04 and the strokes σ ≈ 1 in the first block, so
   their columns differ 25x for LayerNorm's sake alone, and the map mostly shows LayerNorm (the
-  teacher's saliency then has rank correlation ≈ 0.3 with its own attention). This was our
-  default before; kept for comparison.
+  teacher's saliency then has rank correlation 0.29 with its own attention in the first block,
+  0.35 in the second). This was our default before; kept for comparison.
 - ``"lstm_input"`` (FAR only) — u = the LSTM inputs I = Proj_in(LN(LN1(x_l))) (``blocks.{i}.attn.hook_lstm_in``);
   head n's outputs depend only on its slice I_n. With ``norm="l1"`` this is the FAR authors' own
   form: their released visualisation script (``get_gradiants``) back-propagates Σ of an output
