@@ -82,7 +82,7 @@ def train_table3(ctx: Context):
     _table3_runs(ctx)
 
 
-def _layer(maps, paper_layer: int, paper_depth: int = PAPER_DEPTH) -> int:
+def relative_layer(maps, paper_layer: int, paper_depth: int = PAPER_DEPTH) -> int:
     """Our block at the relative depth of the paper's DeiT-Tiny layer: round(p / (12 − 1) · (L − 1)) (module docstring)."""
     layers = sorted(int(v) for v in maps["layer"].values)
     depth = layers[-1] + 1
@@ -137,7 +137,7 @@ def _last(maps) -> int:
 
 
 def _depth_note(maps, fig_id: str) -> str:
-    layer = _layer(maps, PAPER_LAYERS[fig_id])
+    layer = relative_layer(maps, PAPER_LAYERS[fig_id])
     return f"block {layer} of {_last(maps) + 1} (paper: DeiT-Tiny layer {PAPER_LAYERS[fig_id]} of {PAPER_DEPTH}, same relative depth)"
 
 
@@ -148,7 +148,7 @@ def _cls_figure(fig_id: str):
         maps, att = _maps(ctx)
         s = int(maps.sample[0])
         heads = [int(h) for h in maps["head"].values[:3]]
-        return plot_cls_comparison(maps, att["image"].sel(sample=s).values, sample=s, layers=[_layer(maps, PAPER_LAYERS[fig_id])],
+        return plot_cls_comparison(maps, att["image"].sel(sample=s).values, sample=s, layers=[relative_layer(maps, PAPER_LAYERS[fig_id])],
                                    heads=heads, models=["teacher attention", "FAR saliency"],
                                    title=f"CLS → patch, {_depth_note(maps, fig_id)} · sample {s}")
 
@@ -160,7 +160,7 @@ def _token_figure(fig_id: str):
         from workbench.plots.far import plot_token_maps
 
         maps, _ = _maps(ctx)
-        return plot_token_maps(maps, layer=_layer(maps, PAPER_LAYERS[fig_id]),
+        return plot_token_maps(maps, layer=relative_layer(maps, PAPER_LAYERS[fig_id]),
                                title=f"Token-to-token dependency, {_depth_note(maps, fig_id)} · mean over heads and samples")
 
     return build
