@@ -87,6 +87,33 @@ def test_substitute_equals_bidirectional_nn_lstm():
         torch.testing.assert_close(sub.forward_heads(x)[:, :, n], ref, atol=1e-12, rtol=0)
 
 
+def test_substitute_hook_points(teacher, images):
+    """hook_lstm_in / hook_heads hold the values the forward pass uses; they add nothing to the state dict."""
+    from methods.hooks import hooks, run_with_cache
+
+    student = shrink(replace_attention(teacher), _random_masks((2, 2, 2, 16), seed=2)).eval()
+    names = ["blocks.1.hook_mixer_in", "blocks.1.attn.hook_lstm_in", "blocks.1.attn.hook_heads", "blocks.1.hook_mixer_out"]
+    out, cache = run_with_cache(student, images, names=names)
+    sub = student.blocks[1].attn
+    torch.testing.assert_close(cache[names[1]], sub.in_proj(sub.norm(cache[names[0]])))  # I: (B, T, N·D_h)
+    assert cache[names[1]].shape == (2, T, 2 * 16)
+    assert cache[names[2]].shape == (2, T, sum(sum(h) for h in sub.hidden_sizes()))  # H: (B, T, Σ hidden)
+    torch.testing.assert_close(sub.out_proj(cache[names[2]]), cache[names[3]])
+    heads = sub.heads_from_lstm_inputs(cache[names[1]])  # (B, T, N, 2U), units at their original index
+    torch.testing.assert_close(heads, sub.forward_heads(cache[names[0]]))
+    with torch.no_grad():
+        torch.testing.assert_close(out, student(images))
+    with hooks(student, {"blocks.*.attn.hook_heads": lambda v, name: torch.zeros_like(v)}):  # ablate every LSTM output
+        with torch.no_grad():
+            ablated = student(images)
+    assert not torch.allclose(ablated, out)
+    assert not [k for k in student.state_dict() if "hook" in k]
+    keys = {k.split(".", 3)[-1] for k in student.state_dict() if k.startswith("blocks.0.attn.")}
+    assert keys == {"kept", "norm.weight", "norm.bias", "in_proj.weight", "in_proj.bias", "out_proj.weight", "out_proj.bias"} | {
+        f"lstms.{i}.{w}_l0" for i in range(4) for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        if student.blocks[0].attn.lstms[i].hidden_size}  # block 0's head-1 reverse LSTM lost every unit: no weights
+
+
 # ----------------------------------------------------------------------------------- replacement
 def test_replace_attention_keeps_timm_api(teacher, images):
     student = replace_attention(teacher).eval()

@@ -139,12 +139,23 @@ def test_cli_run_and_analyze(far_runs, tmp_path, capsys):
     dep = open_store(path, load=True)
     assert dict(dep["dependency"].sizes) == {"sample": 2, "layer": 2, "head": 4, "query": 50, "key": 50}
     assert dep["cls_dependency"].shape == (2, 2, 4, 7, 7)
+    assert dep.attrs["wrt"] == "mixer_input" and dep.attrs["norm"] == "l2"  # the default: token mixing
+    path = tmp_path / "dep_authors.nc"
+    assert main(["analyze", "dependency", "--model", far.id, "--images", "demo:val[:2]", "--layers", "1",
+                 "--wrt", "lstm_input", "--norm", "l1", "--out", str(path)]) == 0
+    authors = open_store(path, load=True)
+    assert authors.attrs["wrt"] == "lstm_input" and authors.attrs["norm"] == "l1"
+    assert (authors["dependency"].values >= 0).all() and not (authors["dependency"].values == dep["dependency"].sel(layer=[1]).values).all()
 
 
 def test_cli_errors(far_runs, tmp_path, capsys):
     teacher, _, _ = far_runs
     assert main(["analyze", "retention", "--model", teacher.id, "--out", str(tmp_path / "r.nc")]) == 2
     assert "no FAR substitutes" in capsys.readouterr().err
+    assert main(["analyze", "retention", "--model", teacher.id, "--wrt", "residual", "--out", str(tmp_path / "r.nc")]) == 2
+    assert "dependency analysis only" in capsys.readouterr().err
+    assert main(["analyze", "dependency", "--model", teacher.id, "--wrt", "lstm_input", "--out", str(tmp_path / "r.nc")]) == 2
+    assert "lstm_input" in capsys.readouterr().err
     weights = tmp_path / "cnn.safetensors"
     save_file(create_model("cnn_demo").state_dict(), weights)
     assert main(["run", "far", "--teacher", "cnn_demo", "--checkpoint", str(weights), "--profile", "smoke", "--device", "cpu"]) == 2
