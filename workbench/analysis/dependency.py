@@ -396,8 +396,7 @@ def _resolve_layers(depth: int, layers) -> list[int]:
 
 
 #: what the extractor's units and long names say for each input
-_WRT_LABEL = {"residual": "x_l (block input)", "mixer_input": "LN1(x_l) (token-mixer input)",
-              "lstm_input": "I (LSTM input)"}
+_WRT_LABEL = {"residual": "x_l", "mixer_input": "LN1(x_l)", "lstm_input": "the LSTM input I"}
 
 
 @register("dependency")
@@ -455,7 +454,7 @@ def extract_dependency(
                 **qcoords, **layout.coords("key")},
     )
     p = "₂" if norm == "l2" else "₁"
-    units = f"gradient norm ({norm.upper()}, w.r.t. {_WRT_LABEL[wrt]})"
+    units = f"gradient {norm.upper()} norm w.r.t. {_WRT_LABEL[wrt]}"
     ds["dependency"].attrs.update(units=units, long_name=f"‖∂Σ_c y[q, head, c] / ∂u[k]‖{p}, u = {_WRT_LABEL[wrt]} "
                                                          "(gradient saliency)")
     if "cls" in layout.prefix_kinds and layout.prefix_kinds.index("cls") in qs:
