@@ -16,8 +16,7 @@ Replacement" (papers/000), on top of :mod:`methods.far`:
    masked model's function) and ``masks.safetensors`` holds the keep-mask ``(layer, head,
    direction, unit)``, from which :func:`load_model` rebuilds the shrunk architecture.
 3. **Table 3 ablation** (``far_table3_<schedule>-vit-demo``): the four schedules with the profile's
-   ``ablation`` budgets, all four alike; where the ablation's distillation is the main one (demo), the
-   "combined" entry is the FAR run's distillation phase itself.
+   shorter ``ablation`` budgets, all four alike (so "combined" is its own short run there).
 
 Every phase checkpoints each epoch under its run's phase directory (``distill/``, ``finetune/``,
 ``regularise/``, ``masked_finetune/``); an interrupted run resumes where it stopped. Budgets per
@@ -330,15 +329,8 @@ def run_far_ablation(
     teacher: str | Run = "vit", profile: str = "demo", schedule: Schedule = "combined", *, force: bool = False,
     device: str = "auto", data: Optional[str] = None, checkpoint: Optional[str] = None, log: Callable[[str], None] = print,
 ) -> Run:
-    """One Table 3 run: ``schedule`` with the profile's ablation budgets.
-
-    The main FAR run of ``schedule`` when the profile has no ablation budgets, and the main (combined) FAR
-    run when ``schedule`` is "combined" and the ablation's distillation phase is the main one: its
-    ``distill_val_acc`` is then exactly what a separate Table 3 run would reach (same seed, budget and
-    data), so it is not trained twice.
-    """
-    budget = get_budget(profile)
-    if budget.ablation is None or (schedule == "combined" and budget.ablation[0] == budget.distill):
+    """One Table 3 run: ``schedule`` with the profile's ablation budgets (the main FAR run when it has none)."""
+    if get_budget(profile).ablation is None:
         return run_far(teacher, profile, schedule=schedule, prune=False, force=force, device=device, data=data,
                        checkpoint=checkpoint, log=log)
     if schedule not in SCHEDULES:
