@@ -64,14 +64,19 @@ def _measure_all(variants, sizes, repeats, warmup, demo_models, log) -> list[dic
     return rows
 
 
-def _note(r: dict) -> str:
+def _note(r: dict, rows: list[dict]) -> str:
     """Why a row is more than 1% off the paper, where we know; "unexplained" where we do not."""
     notes = []
+    at_224 = next((o for o in rows if o["model"] == r["model"] and o["size"] == 224), None)
     for ours, paper, what in ((r["params_m"], r["paper_params_m"], "params"), (r["gmacs"], r["paper_gflops"], "FLOPs")):
         if not paper or abs(ours / paper - 1) <= 0.01:
             continue
         if r["keep"] is not None:
             notes.append(f"{what}: uniform {100 * r['keep']:.0f}% kept per LSTM vs the paper's learned per-layer masks")
+        elif what == "params" and r["size"] != 224 and at_224 is not None:
+            why = (f"params: the paper gives one count per model; the {r['size']}² position embedding adds "
+                   f"{r['params_m'] - at_224['params_m']:.2f} M")
+            notes.append(why + ("" if abs(at_224["params_m"] / paper - 1) <= 0.01 else "; the 224² gap is unexplained"))
         elif what == "FLOPs" and r["family"] == "tiny-384":
             notes.append("FLOPs: the paper's Tiny@384 entries are ~0.05 G below this count while Small/Base@384 match "
                          "(see notes); unexplained")
@@ -116,7 +121,7 @@ def table2_frame(ctx: Context, runs) -> Table:
             "Δ GMACs vs paper": None if not r["paper_gflops"] else f"{100 * (r['gmacs'] / r['paper_gflops'] - 1):+.1f}%",
             "CPU ms (torch, 1 thread)": round(r["ms"], 2 if r["ms"] < 10 else 1), "paper CPU ms (ORT)": r["paper_ms"],
             "latency / DeiT (ours)": None if deit is None else round(r["ms"] / deit["ms"], 2),
-            "latency / DeiT (paper)": pd_ratio, "note": _note(r),
+            "latency / DeiT (paper)": pd_ratio, "note": _note(r, rows),
         })
     from methods.far import CONVENTIONS
     from torch import __version__ as torch_version

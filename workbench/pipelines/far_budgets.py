@@ -49,7 +49,8 @@ def _tc(epochs: int, lr: float, **kw) -> TrainConfig:
 BUDGETS: dict[str, FARBudget] = {
     # demo: the vit_demo teacher (6 blocks, 4 heads of 16) on MNIST-5k; measured epoch curves and one-core costs
     # of the Table 3 budgets: docs/far-demo-budgets.md.
-    # FAR run: ~100 s on one CPU thread; 5 distillation epochs reach 89%, 4 only 86%.
+    # FAR run: ~100 s on one idle CPU thread; 5 distillation epochs reached 89% (4 only 86%) with an earlier demo
+    # teacher, 86.7% (87.7% after finetuning) with the one measured in docs/far-demo-budgets.md.
     # Distillation: 5 epochs instead of 200 need a 20x larger learning rate (1e-2; 2e-3 reached 25% in
     # 3 epochs, 1e-2 90% in 6), batch 32 (twice the updates at the same cost per image) and a zero-
     # initialised output projection (each block starts as the teacher block without attention:
