@@ -261,7 +261,8 @@ def test_compare_vit_pair_and_store_round_trip(tmp_path):
     teacher = create_model("vit_demo").eval()
     small = create_model("vit_demo", depth=3, num_heads=2).eval()
     x = torch.randn(6, 1, 28, 28)
-    ds = compare_models(teacher, {"copy": copy.deepcopy(teacher), "small": small}, x, labels=[0, 1, 2, -1, 4, 5], **FAST)
+    ds = compare_models(teacher, {"copy": copy.deepcopy(teacher), "small": small}, x, labels=[0, 1, 2, -1, 4, 5],
+                        **FAST)
     assert ds["model"].values.tolist() == ["teacher", "copy", "small"]
     assert ds["cka"].dims == ("model", "pooling", "estimator", "teacher_layer", "student_layer")
     assert ds.sizes["teacher_layer"] == 6 and ds.sizes["student_layer"] == 6
@@ -339,7 +340,8 @@ def test_compare_across_families_and_timm_names():
     swin = create_model("swin_demo").eval()
     ds = compare_models(swin, {"copy": copy.deepcopy(swin), "other": create_model("swin_demo").eval()}, x,
                         parts=("cka", "maps"))
-    assert ds["layer_name"].values.tolist()[2] == "layers.1.blocks.0" and ds["num_heads"].values.tolist() == [2, 2, 4, 4]
+    assert ds["layer_name"].values.tolist()[2] == "layers.1.blocks.0"
+    assert ds["num_heads"].values.tolist() == [2, 2, 4, 4]
     np.testing.assert_allclose(ds["map_js_avg"].sel(model="copy").values, 0.0, atol=1e-9)  # windows x heads line up
     np.testing.assert_allclose(ds["map_js"].sel(model="copy", layer=[2, 3]).values, 0.0, atol=1e-9)
     assert np.isfinite(ds["map_js"].sel(model="other", head=[0, 1])).all()

@@ -88,7 +88,7 @@ def integrated_gradients(model: nn.Module, images: torch.Tensor, target: torch.T
         deltas.append(d.detach().double())
     attr = torch.cat(attrs)
     with torch.no_grad():
-        gap = torch.cat([(_score(model, images[sl], target[sl]) - _score(model, torch.zeros_like(images[sl]), target[sl]))
+        gap = torch.cat([_score(model, images[sl], target[sl]) - _score(model, torch.zeros_like(images[sl]), target[sl])
                          for sl in _batches(len(images), batch_size)])
     rel = torch.cat(deltas).abs() / gap.abs().clamp_min(1e-12)
     return attr, attr.sum(1), rel
@@ -96,7 +96,11 @@ def integrated_gradients(model: nn.Module, images: torch.Tensor, target: torch.T
 
 def saliency(model: nn.Module, images: torch.Tensor, target: torch.Tensor, *, batch_size: int = 64
              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """captum ``Saliency`` (|∂ logit / ∂ x|) of the target logits: ``(attributions (B, C, H, W), map (B, H, W) = max over C)``."""
+    """captum ``Saliency`` |∂ logit / ∂ x| of the target logits.
+
+    Returns:
+        ``(attributions (B, C, H, W), map (B, H, W) = max over channels)``.
+    """
     from captum.attr import Saliency
 
     sal = Saliency(model)
@@ -244,7 +248,7 @@ def cosine(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor) -> np.nda
 
 def map_agreement(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor, *, topk: float = 0.1
                   ) -> dict[str, np.ndarray]:
-    """Spearman, top-k overlap (k = ``topk`` × pixels, at least 1) and cosine of two ``(B, H, W)`` maps, each ``(B,)``."""
+    """Spearman, top-k overlap (k = ``topk`` × pixels, at least 1) and cosine of two ``(B, H, W)`` maps, each (B,)."""
     n = _flat(a).shape[1]
     k = max(1, int(round(topk * n)))
     return {"spearman": rank_correlation(a, b), "topk": topk_overlap(a, b, k), "cosine": cosine(a, b)}

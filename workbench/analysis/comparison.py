@@ -96,10 +96,10 @@ class CompareConfig:
 
     parts: tuple[str, ...] = PARTS  # which parts to run
     attributions: tuple[str, ...] = ATTRIBUTIONS  # attribution methods (rollout only where it applies)
-    target: Literal["teacher", "own", "label"] = "teacher"  # class explained: teacher's top-1, each model's own, or the label
+    target: Literal["teacher", "own", "label"] = "teacher"  # class explained: teacher's top-1, model's own, label
     ig_steps: int = 50  # Gauss–Legendre nodes of Integrated Gradients
     topk: float = 0.1  # top-k overlap: k as a fraction of pixels (attributions) / keys (token maps)
-    student_maps: Literal["auto", "attention", "dependency"] = "auto"  # a student's token map; auto: attention where it has it
+    student_maps: Literal["auto", "attention", "dependency"] = "auto"  # student token map; auto: attention if any
     steps: int = 16  # deletion / insertion steps (curves have steps + 1 points)
     deletion_baseline: Literal["zeros", "blur"] = "zeros"  # what deleted pixels become (RISE: zeros)
     insertion_baseline: Literal["zeros", "blur"] = "blur"  # canvas pixels are inserted into (RISE: blurred image)
@@ -183,7 +183,7 @@ def _cka_part(feats: Mapping[str, list[LayerFeatures]], reference: str, notes: d
     for m, label in enumerate(models):
         s = feats[label]
         if not s:
-            notes.setdefault("cka", {})[label] = "no block outputs (no *.hook_resid_post or stages.*.hook_out hook points)"
+            notes.setdefault("cka", {})[label] = "no block outputs (no *.hook_resid_post / stages.*.hook_out)"
             continue
         names[m, : len(s)] = [_block(f.name) for f in s]
         for p, pooling in enumerate(POOLINGS):
@@ -197,8 +197,10 @@ def _cka_part(feats: Mapping[str, list[LayerFeatures]], reference: str, notes: d
         {"cka": (("model", "pooling", "estimator", "teacher_layer", "student_layer"), cka),
          "block_cosine": (("model", "sample", "layer"), cos)},
         coords={"model": models, "pooling": list(POOLINGS), "estimator": list(ESTIMATORS),
-                "teacher_layer": np.arange(len(t)), "teacher_layer_name": ("teacher_layer", [_block(f.name) for f in t]),
-                "student_layer": np.arange(depth), "student_layer_name": (("model", "student_layer"), names.astype(str)),
+                "teacher_layer": np.arange(len(t)),
+                "teacher_layer_name": ("teacher_layer", [_block(f.name) for f in t]),
+                "student_layer": np.arange(depth),
+                "student_layer_name": (("model", "student_layer"), names.astype(str)),
                 "depth": ("model", [len(feats[m]) for m in models]), "layer": np.arange(len(t)),
                 "layer_name": ("layer", [_block(f.name) for f in t])},
     )
@@ -209,7 +211,8 @@ def _cka_part(feats: Mapping[str, list[LayerFeatures]], reference: str, notes: d
 
 def _block_indices(blocks: Sequence[str]) -> list[int]:
     """ViT block indices of names ``blocks.{i}`` (others are not ViT blocks and are left out)."""
-    return [int(b.split(".")[1]) for b in blocks if b.count(".") == 1 and b.startswith("blocks.") and b.split(".")[1].isdigit()]
+    return [int(b.split(".")[1]) for b in blocks
+            if b.count(".") == 1 and b.startswith("blocks.") and b.split(".")[1].isdigit()]
 
 
 def _maps_part(models: Mapping[str, nn.Module], images: torch.Tensor, reference: str, layer_names: list[str],
@@ -249,7 +252,10 @@ def _maps_part(models: Mapping[str, nn.Module], images: torch.Tensor, reference:
                     notes.setdefault("maps", {})[label] = f"no gradient-saliency dependency for {want_sal}: {err}"
         missing = []
         for li, b in enumerate(blocks):
-            student, kind = (att[b], "attention") if b in att and cfg.student_maps != "dependency" else (sal.get(b), "saliency")
+            if b in att and cfg.student_maps != "dependency":
+                student, kind = att[b], "attention"
+            else:
+                student, kind = sal.get(b), "saliency"
             if student is None or student.shape[0] != b_count or student.shape[2:] != ref[b].shape[2:]:
                 missing.append(b)
                 continue
@@ -327,7 +333,8 @@ def _attribution_parts(models: Mapping[str, nn.Module], images: torch.Tensor, ta
                 for k, v in map_agreement(got[reference][a], got[label][a], topk=cfg.topk).items():
                     agree[k][mi, ai] = v
     tgt = targets[reference].cpu().numpy()
-    coords = {"model": list(models), "attribution": methods, "sample": np.arange(b), "y": np.arange(h), "x": np.arange(w)}
+    coords = {"model": list(models), "attribution": methods, "sample": np.arange(b),
+              "y": np.arange(h), "x": np.arange(w)}
     if cfg.target == "own":
         coords["target"] = (("model", "sample"), np.stack([targets[m].cpu().numpy() for m in models]))
     else:
@@ -403,7 +410,8 @@ def compare_models(teacher: nn.Module, students: Mapping[str, nn.Module], images
     if not students:
         raise ValueError("no students to compare: pass students={'label': model, ...}")
     if teacher_name in students:
-        raise ValueError(f"a student is labelled {teacher_name!r}, the teacher's label; rename it or pass teacher_name=")
+        raise ValueError(f"a student is labelled {teacher_name!r}, the teacher's label; rename it or pass "
+                         "teacher_name=")
     models = {teacher_name: teacher, **students}
     training = [k for k, m in models.items() if m.training]
     if training:
@@ -472,7 +480,7 @@ def compare_models(teacher: nn.Module, students: Mapping[str, nn.Module], images
 
 def stamp_comparison(ds: xr.Dataset, teacher: ModelSource, students: Mapping[str, ModelSource],
                      data: DataSource) -> xr.Dataset:
-    """DESIGN.md's provenance for a comparison: the teacher's source in the standard attrs, every model's in ``models``."""
+    """DESIGN.md's provenance for a comparison: the teacher's source in the standard attrs, all in ``models``."""
     ref = ds.attrs.get("reference", "teacher")
     sources = {ref: teacher, **students}
     missing = [m for m in ds["model"].values.tolist() if m not in sources] if "model" in ds.coords else []

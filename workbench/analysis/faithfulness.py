@@ -145,9 +145,16 @@ def infidelity(model: nn.Module, images: torch.Tensor, attributions: torch.Tenso
         pert = torch.randn_like(inputs) * noise
         return pert, inputs - pert
 
+    # captum batches the n_perturb_samples copies of every image of one call together (its
+    # max_examples_per_batch must cover the whole call), so the images are chunked here
+    chunk = max(1, batch_size // n_perturb_samples)
+    out = []
     with torch.random.fork_rng(devices=[images.device] if images.device.type == "cuda" else []):
         torch.manual_seed(seed)
-        out = captum_infidelity(model, perturb, images, attributions, target=target,
-                                n_perturb_samples=n_perturb_samples, normalize=True,
-                                max_examples_per_batch=max(1, batch_size // n_perturb_samples))
-    return out.detach().double().cpu().numpy()
+        for start in range(0, len(images), chunk):
+            sl = slice(start, start + chunk)
+            m = len(images[sl])
+            out.append(captum_infidelity(model, perturb, images[sl], attributions[sl], target=target[sl],
+                                         n_perturb_samples=n_perturb_samples, normalize=True,
+                                         max_examples_per_batch=m * n_perturb_samples).detach())
+    return torch.cat(out).double().cpu().numpy()

@@ -156,7 +156,7 @@ def attention_maps(model: nn.Module, images: torch.Tensor, *, batch_size: int = 
 
 
 def saliency_maps(model: nn.Module, images: torch.Tensor, layers: Sequence[int]) -> dict[str, torch.Tensor]:
-    """Gradient-saliency dependency maps of a timm ViT / FAR model's blocks ``layers``, ``{"blocks.{i}": (B, heads, T, T)}``.
+    """Gradient-saliency dependency of a timm ViT / FAR model's blocks ``layers``: ``{"blocks.{i}": (B, heads, T, T)}``.
 
     Uses the registered ``dependency`` extractor (all queries, its fastest exact method).
     """
