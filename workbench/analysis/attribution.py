@@ -9,7 +9,8 @@ Built on captum: :func:`integrated_gradients` and :func:`saliency` call ``captum
   mean and std), the customary "uninformative" input. Steps: captum's Gauss–Legendre rule with
   ``n_steps`` = 50 nodes (default), accurate enough that the completeness gap
   |Σ attributions − (f(x) − f(baseline))| is well under 1 % of f(x) − f(baseline) for the demo
-  models (returned per image as ``delta``, the relative gap). Map: the attributions summed over
+  models (returned per image as ``delta``, the relative gap; on the trained demo ViT, 64 held-out
+  digits: max gap 9 % with 8 nodes, 1.5 % with 16, 1e-4 with 32, 2e-6 with 50). Map: the attributions summed over
   channels (signed; completeness holds for the map's sum).
 - **Saliency** (Simonyan et al. 2014): |∂ logit / ∂ x|, map = maximum over channels (as in the paper).
 - **Attention rollout** (Abnar & Zuidema 2020, ViTs only): with Ā_l the head-averaged attention

@@ -103,7 +103,7 @@ class CompareConfig:
     steps: int = 16  # deletion / insertion steps (curves have steps + 1 points)
     deletion_baseline: Literal["zeros", "blur"] = "zeros"  # what deleted pixels become (RISE: zeros)
     insertion_baseline: Literal["zeros", "blur"] = "blur"  # canvas pixels are inserted into (RISE: blurred image)
-    blur_sigma: float | None = None  # Gaussian sigma in pixels of a "blur" baseline; None: max(H, W) / 16
+    blur_sigma: float | None = None  # Gaussian sigma in pixels of a "blur" baseline; None: max(H, W) / 8
     infidelity: bool = True  # captum's infidelity of Integrated Gradients (10 perturbations per image)
     batch_size: int = 64  # images per forward pass (attribution and curve inputs are batched to this many too)
     seed: int = 0  # random maps and infidelity perturbations

@@ -13,9 +13,16 @@ Our choices:
   H·W pixels (step s changes round(s/steps · H·W) pixels), ties in the map broken by pixel index;
 - baselines: ``"zeros"`` — 0 in normalised space, i.e. the dataset's mean colour (RISE deletes to
   zero/black; with normalised inputs, the mean is the least informative constant), default for
-  deletion; ``"blur"`` — the image blurred with a Gaussian of ``blur_sigma`` pixels (default
-  max(H, W)/16: 14 px at 224, 1.75 px at 28; RISE uses a blurred canvas for insertion so that
-  the start is in-distribution), default for insertion; reflect padding at the borders;
+  deletion; ``"blur"`` — the image blurred with a Gaussian of ``blur_sigma`` pixels, reflect
+  padding at the borders, default for insertion (RISE starts insertion from a blurred canvas so
+  that the start is in-distribution). Default sigma max(H, W)/8 (3.5 px at 28, 28 px at 224): the
+  canvas must remove the class evidence, or insertion has no range to show. Measured on the
+  trained demo ViT (100 held-out digits): the true class's mean probability is 0.86 on the images,
+  0.68 blurred with sigma 1.75 px (H/16; 80 % still classified right), 0.38 at 2.5 px, 0.17 at
+  3.5 px (13 % right, chance is 10 %), 0.10 on the all-zeros image;
+- caveat: Integrated Gradients from the zeros baseline and deletion to zeros share the baseline,
+  which favours IG on the deletion curve (its attributions explain exactly that path's end point);
+  compare methods on insertion from the blurred canvas too;
 - the score is the softmax probability of the target class (float64);
 - AUC by the trapezoidal rule over the fraction of pixels changed, in [0, 1];
 - batched: all steps of both curves of several images go through the model in one forward pass
@@ -62,7 +69,7 @@ def baseline_images(images: torch.Tensor, kind: Baseline, blur_sigma: float | No
     if kind == "zeros":
         return torch.zeros_like(images)
     if kind == "blur":
-        sigma = max(images.shape[-2:]) / 16 if blur_sigma is None else blur_sigma
+        sigma = max(images.shape[-2:]) / 8 if blur_sigma is None else blur_sigma
         return blur(images, sigma)
     raise ValueError(f"baseline must be 'zeros' or 'blur', got {kind!r}")
 
@@ -90,7 +97,7 @@ def deletion_insertion(model: nn.Module, images: torch.Tensor, maps: torch.Tenso
         steps: number of equal steps from no pixel to all pixels (the curves have ``steps + 1`` points).
         deletion_baseline: what deleted pixels become.
         insertion_baseline: the canvas pixels are inserted into.
-        blur_sigma: Gaussian sigma in pixels for a ``"blur"`` baseline (default max(H, W)/16).
+        blur_sigma: Gaussian sigma in pixels for a ``"blur"`` baseline (default max(H, W)/8).
         batch_size: model inputs per forward pass (several images' steps are batched together).
 
     Returns:
