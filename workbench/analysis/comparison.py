@@ -51,7 +51,8 @@ Variables (present when their part ran):
 - ``attribution_map(model, attribution, sample, y, x)`` float32 (``y``, ``x`` = image pixels here,
   not patches); ``ig_delta(model, sample)`` (relative IG completeness gap);
   ``attribution_spearman``/``attribution_topk``/``attribution_cosine(model, attribution, sample)``
-  against the teacher's map (teacher: NaN); coord ``target(sample)`` — the class explained;
+  against the teacher's map (teacher: NaN); coord ``target(sample)`` — the class explained
+  (``target(model, sample)`` with ``target="own"``);
 - ``deletion``/``insertion(model, attribution, sample, step)`` (probability of the target),
   coord ``fraction(step)``; ``deletion_auc``/``insertion_auc(model, attribution, sample)``;
   ``infidelity(model, sample)`` (captum, of IG).
