@@ -400,7 +400,8 @@ def test_losses_run_with_fit(teacher):
     assert "train_attn" in hist[0] and "val_acc" in hist[0]
     assert not torch.equal(student.blocks[0].attn.predictor.w_up, w_up)
     assert torch.equal(student.blocks[0].attn.qkv.weight, qkv)
-    lin = replace_with_linformer(teacher, 0.25)
+    lin = freeze_for_phase1(replace_with_linformer(teacher, 0.25))  # the baseline's phase 1: only E, F train
+    assert {n for n, p in lin.named_parameters() if p.requires_grad} == {f"blocks.{i}.attn.{w}" for i in range(2) for w in "ef"}
     assert "train_kl" in fit(lin, data, None, cfg, loss_fn=Phase2Loss(teacher))[0]
 
 

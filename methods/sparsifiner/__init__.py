@@ -29,7 +29,13 @@ Typical use::
     logits, cache = run_with_cache(deploy, images, names="blocks.*.attn.hook_mask")
 """
 
-from .attention import ConnectivityPredictor, LinformerAttention, SparsifinerAttention, connectivity_indices, mask_from_indices
+from .attention import (
+    ConnectivityPredictor,
+    LinformerAttention,
+    SparsifinerAttention,
+    connectivity_indices,
+    mask_from_indices,
+)
 from .config import (
     SPARSIFINER_VARIANTS,
     BasisSign,

@@ -65,11 +65,11 @@ for the full map, one extra dense softmax); the rest are computed anyway.
 from __future__ import annotations
 
 import warnings
-from typing import Literal, Optional
+from typing import Literal
 
 import torch
-import torch.nn as nn
 from timm.layers import trunc_normal_
+from torch import nn
 
 from ..hooks import HookPoint
 from .config import SparsifinerConfig, budget
@@ -100,7 +100,7 @@ def connectivity_indices(score: torch.Tensor, keep: int) -> torch.Tensor:
 
 def mask_from_indices(idx: torch.Tensor, tokens: int, prefix: int) -> torch.Tensor:
     """Boolean connectivity mask ``(B, H, T, T)``: prefix query rows all True, patch rows True at ``idx``."""
-    b, h, rows, _ = idx.shape
+    b, h = idx.shape[:2]
     mask = torch.zeros(b, h, tokens, tokens, dtype=torch.bool, device=idx.device)
     mask[:, :, :prefix] = True
     mask[:, :, prefix:].scatter_(-1, idx, True)
@@ -189,7 +189,7 @@ class SparsifinerAttention(nn.Module):
         num_prefix_tokens: int,
         cfg: SparsifinerConfig,
         *,
-        head_dim: Optional[int] = None,
+        head_dim: int | None = None,
         qkv_bias: bool = True,
         proj_bias: bool = True,
         attn_drop: float = 0.0,
@@ -220,7 +220,7 @@ class SparsifinerAttention(nn.Module):
 
     @classmethod
     def from_attention(cls, attn: nn.Module, num_tokens: int, num_prefix_tokens: int, cfg: SparsifinerConfig,
-                       path: Path = "masked") -> "SparsifinerAttention":
+                       path: Path = "masked") -> SparsifinerAttention:
         """Wrap a timm ``Attention``: its modules (qkv, norms, proj, dropouts) are taken over as they are."""
         if getattr(attn, "gate", None) is not None:
             raise ValueError("gated timm attention (gated=True) is not supported by Sparsifiner")
@@ -235,7 +235,7 @@ class SparsifinerAttention(nn.Module):
         return (f"tokens={self.num_tokens}, prefix={self.num_prefix_tokens}, budget={self.keep}, "
                 f"path={self.path}, renormalize={self.renormalize}")
 
-    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None, is_causal: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
         if attn_mask is not None or is_causal:
             raise ValueError("Sparsifiner attention makes its own connectivity mask; attn_mask / is_causal are not supported")
         b, n, _ = x.shape
@@ -342,7 +342,7 @@ class LinformerAttention(nn.Module):
     need not be positive or sum to 1); ``hook_heads`` ``(B, T, H·D_h)``.
     """
 
-    def __init__(self, dim: int, num_heads: int, num_tokens: int, k: int, *, head_dim: Optional[int] = None,
+    def __init__(self, dim: int, num_heads: int, num_tokens: int, k: int, *, head_dim: int | None = None,
                  qkv_bias: bool = True, proj_bias: bool = True):
         super().__init__()
         if not 1 <= k <= num_tokens:
@@ -365,7 +365,7 @@ class LinformerAttention(nn.Module):
         self.hook_heads = HookPoint()
 
     @classmethod
-    def from_attention(cls, attn: nn.Module, num_tokens: int, k: int) -> "LinformerAttention":
+    def from_attention(cls, attn: nn.Module, num_tokens: int, k: int) -> LinformerAttention:
         """Wrap a timm ``Attention`` (its qkv, norms, proj and dropouts are taken over)."""
         if getattr(attn, "gate", None) is not None:
             raise ValueError("gated timm attention (gated=True) is not supported by the Linformer baseline")
@@ -379,7 +379,7 @@ class LinformerAttention(nn.Module):
     def extra_repr(self) -> str:
         return f"tokens={self.num_tokens}, k={self.k}"
 
-    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None, is_causal: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
         if attn_mask is not None or is_causal:
             raise ValueError("the Linformer baseline does not support attn_mask / is_causal")
         b, n, _ = x.shape

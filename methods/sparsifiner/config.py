@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Literal, Optional
+from typing import Literal
 
 #: Logit scale of the low-rank attention (Eq. 1): 1/√d with d the head width (paper), or
 #: num_heads^-0.5 (the authors' code, ``MaskPredictor.scale``).
@@ -54,10 +54,10 @@ class SparsifinerConfig:
     basis_sign: BasisSign = "signed"  # see BasisSign; "abs" = the authors' code
     renormalize: bool = False  # False: kept entries keep their full-softmax values (Eq. 4); True: softmax over the kept set (code)
     scale: Scale = "head_dim"  # logit scale of Eq. 1; "num_heads" = the authors' code
-    predictor_dim: Optional[int] = None  # None: the predictor uses the full q, k (Eq. 1); int: learned per-head
+    predictor_dim: int | None = None  # None: the predictor uses the full q, k (Eq. 1); int: learned per-head
     #                                      projections of q and k to this width first (code: head_dim // 2)
-    coef_topk: Optional[int] = None  # None: coefficients thresholded by τ (Eq. 2); int: keep the k largest instead (code: 8)
-    layers: Optional[tuple[int, ...]] = None  # blocks to replace; None = all (§4: every layer)
+    coef_topk: int | None = None  # None: coefficients thresholded by τ (Eq. 2); int: keep the k largest instead (code: 8)
+    layers: tuple[int, ...] | None = None  # blocks to replace; None = all (§4: every layer)
 
     def __post_init__(self) -> None:
         budget(self.keep_rate, 1)  # validates keep_rate
@@ -77,7 +77,7 @@ class SparsifinerConfig:
             raise ValueError(f"predictor_dim must be >= 1 or None, got {self.predictor_dim}")
 
     @classmethod
-    def authors_code(cls, keep_rate: float = 0.25, head_dim: int = 64, **overrides) -> "SparsifinerConfig":
+    def authors_code(cls, keep_rate: float = 0.25, head_dim: int = 64, **overrides) -> SparsifinerConfig:
         """Every choice of the authors' public code (``src/models/sparsifiner.py`` and the default
         experiment config) where it differs from the paper: renormalised softmax over the kept set,
         logit scale num_heads^-0.5, |W_up| thresholded at 2e-2, q/k reduced to head_dim // 2 by learned
@@ -125,7 +125,7 @@ class Phase2Config:
 class SparsifinerVariant:
     """One backbone: its timm name and size, and the predictor sizes used with it."""
 
-    base: Optional[str]  # timm name of the dense teacher; None = FLOP counting only (no timm model)
+    base: str | None  # timm name of the dense teacher; None = FLOP counting only (no timm model)
     base_kwargs: dict = field(default_factory=dict)  # timm.create_model kwargs of the teacher
     tokens: int = 197  # n, including the CLS token
     dim: int = 384  # D

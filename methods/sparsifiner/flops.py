@@ -43,9 +43,9 @@ checked against ``methods.flops.count_macs`` in the tests.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
-import torch.nn as nn
+from torch import nn
 
 from .attention import LinformerAttention, SparsifinerAttention
 from .config import SPARSIFINER_VARIANTS, budget
@@ -73,7 +73,7 @@ def sparsifiner_mhsa_macs(
     prefix: int = 1,
     renormalize: bool = True,
     up_density: float = 1.0,
-    predictor_dim: Optional[int] = None,
+    predictor_dim: int | None = None,
 ) -> dict[str, int]:
     """MACs of one Sparsifiner attention layer on one image, per term (module docstring) and ``total``.
 
@@ -116,7 +116,7 @@ def linformer_mhsa_macs(tokens: int, dim: int, k: int) -> dict[str, int]:
     return out
 
 
-def executed_mhsa_macs(attn: nn.Module, tokens: Optional[int] = None) -> int:
+def executed_mhsa_macs(attn: nn.Module, tokens: int | None = None) -> int:
     """MACs our implementation runs inside one attention module, qkv / output projections excluded.
 
     - :class:`SparsifinerAttention`, masked form: dense QKᵀ and AV (2·n²·D) + the predictor (dense up-projection).
@@ -145,7 +145,7 @@ def executed_mhsa_macs(attn: nn.Module, tokens: Optional[int] = None) -> int:
 def table(
     name: str = "deit_s",
     up_density: float = PAPER_UP_DENSITY,
-    keep_rates: Optional[Iterable[float]] = None,
+    keep_rates: Iterable[float] | None = None,
 ) -> list[dict[str, object]]:
     """Our MHSA MMACs beside a paper table, for a variant of :data:`~.config.SPARSIFINER_VARIANTS`.
 

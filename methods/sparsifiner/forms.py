@@ -19,11 +19,9 @@ Conversions: :func:`~.replace.replace_attention` (teacher → train form, teache
 
 from __future__ import annotations
 
-from typing import Optional
-
 import timm
-import torch.nn as nn
 from timm.models import register_model
+from torch import nn
 
 from .config import SparsifinerConfig
 from .replace import replace_attention, replace_with_linformer
@@ -34,7 +32,7 @@ FORMS: dict[str, str] = {"train": "sparsifiner_vit", "deploy": "sparsifiner_vit_
 _TIMM_EXTRAS = ("pretrained_cfg", "pretrained_cfg_overlay", "cache_dir")
 
 
-def _base(name: str, pretrained: bool, base: Optional[str], base_kwargs: Optional[dict], kwargs: dict) -> nn.Module:
+def _base(name: str, pretrained: bool, base: str | None, base_kwargs: dict | None, kwargs: dict) -> nn.Module:
     if pretrained:
         raise ValueError(f"{name} has no published weights; build it from a trained teacher with "
                          "methods.sparsifiner.replace_attention, or load a run's checkpoint")
@@ -63,7 +61,7 @@ def _config(kwargs: dict) -> SparsifinerConfig:
 
 
 @register_model
-def sparsifiner_vit(pretrained: bool = False, base: Optional[str] = None, base_kwargs: Optional[dict] = None,
+def sparsifiner_vit(pretrained: bool = False, base: str | None = None, base_kwargs: dict | None = None,
                     **kwargs) -> nn.Module:
     """Train form: ``base`` with Sparsifiner attention, masked dense computation.
 
@@ -77,7 +75,7 @@ def sparsifiner_vit(pretrained: bool = False, base: Optional[str] = None, base_k
 
 
 @register_model
-def sparsifiner_vit_sparse(pretrained: bool = False, base: Optional[str] = None, base_kwargs: Optional[dict] = None,
+def sparsifiner_vit_sparse(pretrained: bool = False, base: str | None = None, base_kwargs: dict | None = None,
                            **kwargs) -> nn.Module:
     """Deploy form: as :func:`sparsifiner_vit`, computing only the kept query–key pairs (inference only)."""
     teacher = _base("sparsifiner_vit_sparse", pretrained, base, base_kwargs, kwargs)
@@ -85,8 +83,8 @@ def sparsifiner_vit_sparse(pretrained: bool = False, base: Optional[str] = None,
 
 
 @register_model
-def linformer_vit(pretrained: bool = False, base: Optional[str] = None, base_kwargs: Optional[dict] = None,
-                  keep_rate: float = 0.25, layers: Optional[list[int]] = None, **kwargs) -> nn.Module:
+def linformer_vit(pretrained: bool = False, base: str | None = None, base_kwargs: dict | None = None,
+                  keep_rate: float = 0.25, layers: list[int] | None = None, **kwargs) -> nn.Module:
     """Linformer baseline: ``base`` with keys and values projected to k = ⌈keep_rate · n⌉ tokens."""
     teacher = _base("linformer_vit", pretrained, base, base_kwargs, kwargs)
     if kwargs:
@@ -95,6 +93,6 @@ def linformer_vit(pretrained: bool = False, base: Optional[str] = None, base_kwa
     return _finish(model, teacher, "linformer_vit")
 
 
-def form_kwargs(base: str, cfg: SparsifinerConfig, base_kwargs: Optional[dict] = None) -> dict:
+def form_kwargs(base: str, cfg: SparsifinerConfig, base_kwargs: dict | None = None) -> dict:
     """JSON-serialisable kwargs that rebuild the train / deploy form of ``base`` with ``cfg``."""
     return {"base": base, "base_kwargs": dict(base_kwargs or {}), **cfg.to_kwargs()}

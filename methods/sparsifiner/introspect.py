@@ -11,10 +11,8 @@ and the patch grid ``(gh, gw)`` with ``T = P + gh·gw``.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
-import torch.nn as nn
+from torch import nn
 
 from ..hooks import run_with_cache
 from ..train import unwrap as _unwrap
@@ -81,7 +79,7 @@ def connectivity(model: nn.Module, images: torch.Tensor, full: bool = True) -> d
     return out
 
 
-def sparsity(values: dict[str, torch.Tensor], basis: Optional[torch.Tensor] = None, prefix: int = 1) -> dict[str, torch.Tensor]:
+def sparsity(values: dict[str, torch.Tensor], basis: torch.Tensor | None = None, prefix: int = 1) -> dict[str, torch.Tensor]:
     """Sparsity (share of zeros) per layer of the basis, the coefficients and the masks, and the realised budget.
 
     Args:

@@ -36,16 +36,14 @@ Choices where the paper is silent or cannot be taken literally (all options; def
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from ..hooks import run_with_cache
+from ..train import unwrap as _unwrap
 from .attention import SparsifinerAttention
 from .config import KLDirection, Recon
-from ..train import unwrap as _unwrap
 from .replace import dense_attention
 
 
@@ -135,14 +133,14 @@ class Phase1Loss(nn.Module):
     """
 
     def __init__(self, attn_weight: float = 1.0, spa_weight: float = 0.0, recon: Recon = "raw",
-                 teacher: Optional[nn.Module] = None):
+                 teacher: nn.Module | None = None):
         super().__init__()
         if recon not in ("raw", "thresholded"):
             raise ValueError(f"recon must be 'raw' or 'thresholded', got {recon!r}")
         self.attn_weight, self.spa_weight, self.recon = attn_weight, spa_weight, recon
         self.teacher = teacher.eval().requires_grad_(False) if teacher is not None else None
 
-    def train(self, mode: bool = True) -> "Phase1Loss":
+    def train(self, mode: bool = True) -> Phase1Loss:
         super().train(mode)
         if self.teacher is not None:
             self.teacher.eval()
@@ -196,7 +194,7 @@ class Phase2Loss(nn.Module):
         self.token_weight, self.cls_weight, self.attn_weight = token_weight, cls_weight, attn_weight
         self.kl_direction, self.recon, self.label_smoothing = kl_direction, recon, label_smoothing
 
-    def train(self, mode: bool = True) -> "Phase2Loss":
+    def train(self, mode: bool = True) -> Phase2Loss:
         super().train(mode)
         self.teacher.eval()  # the teacher never trains
         return self

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Iterator, Optional
+from collections.abc import Iterator
 
-import torch.nn as nn
 from timm.layers import Attention
 from timm.models.vision_transformer import Block, VisionTransformer
+from torch import nn
 
 from .attention import LinformerAttention, Path, SparsifinerAttention
 from .config import SparsifinerConfig, budget
@@ -57,7 +57,7 @@ def num_tokens(model: nn.Module) -> tuple[int, int]:
     return model.patch_embed.num_patches + prefix, prefix
 
 
-def _layers(model: nn.Module, layers: Optional[tuple[int, ...]]) -> range | tuple[int, ...]:
+def _layers(model: nn.Module, layers: tuple[int, ...] | None) -> range | tuple[int, ...]:
     depth = len(model.blocks)
     chosen = range(depth) if layers is None else tuple(layers)
     if any(not 0 <= i < depth for i in chosen):
@@ -65,7 +65,7 @@ def _layers(model: nn.Module, layers: Optional[tuple[int, ...]]) -> range | tupl
     return chosen
 
 
-def replace_attention(teacher: nn.Module, cfg: Optional[SparsifinerConfig] = None, path: Path = "masked") -> nn.Module:
+def replace_attention(teacher: nn.Module, cfg: SparsifinerConfig | None = None, path: Path = "masked") -> nn.Module:
     """A copy of ``teacher`` whose attentions (all, or ``cfg.layers``) are :class:`SparsifinerAttention`.
 
     The teacher's qkv / proj weights are copied; the predictors are freshly initialised (seed torch
@@ -95,7 +95,7 @@ def replace_attention(teacher: nn.Module, cfg: Optional[SparsifinerConfig] = Non
     return student
 
 
-def replace_with_linformer(teacher: nn.Module, keep_rate: float, layers: Optional[tuple[int, ...]] = None) -> nn.Module:
+def replace_with_linformer(teacher: nn.Module, keep_rate: float, layers: tuple[int, ...] | None = None) -> nn.Module:
     """The Linformer baseline of Table 4: every attention projects keys and values to k = B = ⌈keep_rate · n⌉ rows.
 
     "We set the reduced dimension of Linformer equal to the sparse attention budget of
@@ -169,11 +169,22 @@ def predictor_parameters(model: nn.Module) -> list[nn.Parameter]:
 
 
 def freeze_for_phase1(model: nn.Module) -> nn.Module:
-    """Phase 1 (§4): "we freeze the backbone model and train the connectivity mask predictor module". In place."""
-    found = _require(model)
+    """Phase 1 (§4): "we freeze the backbone model and train the connectivity mask predictor module". In place.
+
+    For the Linformer baseline the new parameters are its projections E and F: they alone train
+    (with :class:`~.losses.Phase2Loss`, as Linformer has no attention map to distil into a predictor),
+    so that both models get the same two-phase schedule.
+    """
+    lin = linformer_attentions(model)
+    found = sparse_attentions(model) if not lin else []
+    if not found and not lin:
+        _require(model)
     model.requires_grad_(False)
     for _, a in found:
         a.predictor.requires_grad_(True)
+    for _, a in lin:
+        a.e.requires_grad_(True)
+        a.f.requires_grad_(True)
     return model
 
 
