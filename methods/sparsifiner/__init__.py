@@ -37,6 +37,7 @@ from .attention import (
     mask_from_indices,
 )
 from .config import (
+    DEMO_PHASES,
     SPARSIFINER_VARIANTS,
     BasisSign,
     KLDirection,
@@ -50,6 +51,7 @@ from .config import (
 )
 from .flops import (
     PAPER_UP_DENSITY,
+    STATED_UP_DENSITY,
     dense_mhsa_macs,
     executed_mhsa_macs,
     linformer_mhsa_macs,
@@ -76,8 +78,8 @@ from .replace import (
 )
 
 __all__ = [
-    "FORMS", "PAPER_TABLE1_LVVIT", "PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE3_OVERALL_GFLOPS", "PAPER_TABLE4",
-    "PAPER_UP_DENSITY", "SPARSIFINER_VARIANTS",
+    "DEMO_PHASES", "FORMS", "PAPER_TABLE1_LVVIT", "PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE3_OVERALL_GFLOPS", "PAPER_TABLE4",
+    "PAPER_UP_DENSITY", "SPARSIFINER_VARIANTS", "STATED_UP_DENSITY",
     "BasisSign", "ConnectivityPredictor", "KLDirection", "LinformerAttention", "Phase1Config", "Phase1Loss",
     "Phase2Config", "Phase2Loss", "Recon", "Scale", "SparsifinerAttention", "SparsifinerConfig", "SparsifinerVariant",
     "attention_distillation", "basis_grid", "basis_l2", "budget", "check_vit", "connectivity", "connectivity_indices",

@@ -90,7 +90,10 @@ def sparsity(values: dict[str, torch.Tensor], basis: torch.Tensor | None = None,
     Returns:
         ``coef`` ``(L,)``: zeros in Ã_down; ``mask`` ``(L,)``: entries of M off (prefix rows included);
         ``kept_per_row`` ``(B, L, H, T-P)``: keys kept by each patch query (exactly B when the budget is met);
-        ``keep_rate`` ``(L,)``: mean kept / T over patch rows; ``basis`` ``(L,)`` if ``basis`` is given.
+        ``keep_rate`` ``(L,)``: mean kept / T over patch rows; ``basis`` ``(L,)`` if ``basis`` is given, and
+        ``up_density`` ``(L,)``: the share of the dense up-projection Ã_down W̃_up that a sparse-sparse
+        product does (Σ over nonzero coefficients of the nonzeros of their basis row, / (r·T)) — the ρ of
+        :func:`~.flops.sparsifiner_mhsa_macs`.
     """
     coef = values["coef"]  # (B, L, H, T-P, r)
     mask = values["mask"]  # (B, L, H, T, T)
@@ -103,4 +106,7 @@ def sparsity(values: dict[str, torch.Tensor], basis: torch.Tensor | None = None,
     }
     if basis is not None:
         out["basis"] = (basis == 0).float().mean(dim=(1, 2))
+        per_basis = (basis != 0).sum(-1).float()  # (L, r): nonzeros of each basis vector
+        products = torch.einsum("blhir,lr->blhi", (coef != 0).float(), per_basis)  # (B, L, H, T-P)
+        out["up_density"] = products.mean(dim=(0, 2, 3)) / (basis.shape[1] * basis.shape[2])
     return out
