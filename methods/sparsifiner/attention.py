@@ -37,7 +37,12 @@ shows one basis per layer).
 forward is differentiable in the backbone (the mask itself has no gradient: Eq. 3 is an indicator;
 the code detaches it). ``path="sparse"`` (deploy form, inference only): only the kept query–key
 pairs are computed, with a sampled dense-dense matmul (``torch.sparse.sampled_addmm``) for QKᵀ and
-a CSR × dense matmul for ÃV; it equals the masked form to float rounding. ``dense=True`` (phase 1
+a CSR × dense matmul for ÃV; it equals the masked form to float rounding. The kernels were picked by
+measurement (one thread, loaded 2-core machine): gathering the kept keys and values
+(``index_select`` + batched products) took 9–84× the dense SDPA time, the CSR kernels 0.4–2.9×; at
+577 tokens and keep rate 0.1 the kept-pair attention alone runs in ~0.6× SDPA's CPU time, but the
+predictor's n × n score map and its top-k cost more than dense attention on a CPU
+(``benchmarks/sparse_attention.py`` prints the pieces). ``dense=True`` (phase 1
 of training): full attention, the predictor still runs (its output only feeds the Eq. 10 loss).
 
 Hook points (names relative to the attention module; P prefix tokens, n = T tokens, r = n_down):

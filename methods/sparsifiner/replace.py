@@ -135,7 +135,11 @@ def _require(model: nn.Module) -> list[tuple[int, SparsifinerAttention]]:
 def to_sparse_path(model: nn.Module) -> nn.Module:
     """Deploy conversion (§3 "Sparse MHSA"): every Sparsifiner attention computes only the kept pairs.
 
-    Same parameters, same outputs (to float rounding); inference only. Returns ``model`` (in place).
+    Same parameters; inference only. Returns ``model`` (in place). Given the same connectivity
+    mask the two forms agree to float rounding (≤ 1e-5). The kept-pair kernels round differently
+    from the dense ones (~1e-6 in the residual stream), which can flip a top-k near-tie of a later
+    layer's score map: measured on the trained demo model, at most 1 of ~50k patch-query rows per
+    layer, logits within 1e-4, and identical validation accuracy.
     """
     for _, attn in _require(model):
         attn.path = "sparse"
