@@ -4,7 +4,8 @@ Random-init weights (no download), eval mode, no grad. Times, as the median over
 warm-up:
 
 - ``forward (fused)``: the untouched model, timm's default fused attention;
-- ``record_attention``: our hooks + unfused path on a forward, no Dataset assembly;
+- ``run_with_cache``: our named hook points (``blocks.*.attn.hook_pattern``; unfused path while hooked) on a
+  forward, no Dataset assembly;
 - ``extract_attention``: the registered extractor, incl. the xarray Dataset;
 - ``timm AttentionExtract (fx)`` / ``(hook)``: timm's tool (it needs the unfused path, so it runs on
   a copy with ``fused_attn=False``, built once outside the timing).
@@ -27,7 +28,8 @@ import timm
 import torch
 from timm.utils import AttentionExtract
 
-from workbench.analysis.attention import extract_attention, record_attention
+from methods.hooks import run_with_cache
+from workbench.analysis.attention import extract_attention
 
 
 def median_times(
@@ -80,9 +82,8 @@ def main() -> None:
             return model(images)
 
     def recorded() -> object:
-        with torch.no_grad(), record_attention(model) as rec:
-            model(images)
-        return rec
+        with torch.no_grad():
+            return run_with_cache(model, images, names="blocks.*.attn.hook_pattern")
 
     def ours() -> object:
         return extract_attention(model, images)
@@ -97,7 +98,7 @@ def main() -> None:
 
     cases = {
         "forward (fused)": plain,
-        "record_attention": recorded,
+        "run_with_cache": recorded,
         "extract_attention": ours,
         "timm AttentionExtract (fx)": theirs_fx,
         "timm AttentionExtract (hook)": theirs_hook,

@@ -15,19 +15,25 @@ Methods (workbench.analysis.dependency):
   captum        dependency_captum (Saliency, one forward + backward per (head, query))
 
 Measured on the 2-core development VM (shared with other jobs, so noisy), one thread, float32,
-T = 197, B = 2, one run (seconds; ratio = loop/head time / method time):
+T = 197, B = 2, one run (seconds; ratio = loop/head time / method time), ``--wrt residual``:
 
   attention: factored 0.018 (x54), loop/head 0.99, loop/all 2.9 (x0.34), batched 3.2 (x0.31), captum 5.0 (x0.20)
   FAR:       factored 0.55 (x5.8), loop/head 3.2, captum 3.8 (x0.85), batched 7.3 (x0.44), loop/all 12.8 (x0.25)
 
-Why FAR stays near x6: the LSTM's input gradients for all (query, key) pairs need the reverse-mode
+Re-measured with --skip-slow (load average ~3; best of 1–2 runs), factored vs loop/head:
+
+  --wrt mixer_input: attention 0.018 s vs 1.24 (x70), FAR 1.45 vs 3.87 (x2.7)
+  --wrt residual:    attention 0.015 s vs 0.80 (x53), FAR 0.76 vs 2.19 (x2.9; main before the wrt option: x2.7)
+  --wrt lstm_input:  FAR 0.63 s vs 2.06 (x3.3); with --norm l1: 0.66 vs 2.24 (x3.4)
+
+Why FAR stays at x3–6: the LSTM's input gradients for all (query, key) pairs need the reverse-mode
 recurrence for every query — about T²/2 · 4H · (D_h + H) multiply-adds per sample and direction even
 with causal truncation — which the factored form runs as one matmul per step at near-GEMM speed; the
 per-query loop does ~4x those FLOPs (untruncated, with weight gradients) in small kernels. Attention
 has a closed form (rank-one per (q, k) through the LayerNorm), hence x50.
 
 Usage: PYTHONPATH=. python benchmarks/token_dependency.py [--threads 1] [--tokens 197] [--repeat 1]
-       [--skip-captum] [--skip-slow]
+       [--skip-captum] [--skip-slow] [--wrt mixer_input|residual|lstm_input] [--norm l2|l1]
 """
 
 from __future__ import annotations
@@ -69,6 +75,9 @@ def main() -> None:
     ap.add_argument("--skip-captum", action="store_true")
     ap.add_argument("--skip-slow", action="store_true", help="skip batched, loop/all and captum")
     ap.add_argument("--repeat", type=int, default=1, help="report the best of this many runs")
+    ap.add_argument("--wrt", default="mixer_input", choices=["mixer_input", "residual", "lstm_input"],
+                    help="input differentiated by (lstm_input: FAR block only)")
+    ap.add_argument("--norm", default="l2", choices=["l2", "l1"])
     args = ap.parse_args()
     global REPEAT
     REPEAT = args.repeat
@@ -78,18 +87,23 @@ def main() -> None:
     teacher = Block(192, 3, mlp_ratio=4.0, qkv_bias=True).eval()
     far = Block(192, 3, mlp_ratio=4.0, qkv_bias=True).eval()
     far.attn = MultiHeadBiLSTM(192, 3, 64).eval()
-    x = torch.randn(args.batch, args.tokens, 192)
-    print(f"T={args.tokens} B={args.batch} D=192 N=3 threads={args.threads} torch={torch.__version__}")
-    slow = args.skip_slow
-    for name, block in (("attention", teacher), ("FAR", far)):
-        fn = head_output_fn(block)
-        ref, t_loop = _timed(lambda: dependency_loop(fn, x))
+    x0 = torch.randn(args.batch, args.tokens, 192)
+    print(f"T={args.tokens} B={args.batch} D=192 N=3 threads={args.threads} wrt={args.wrt} norm={args.norm} "
+          f"torch={torch.__version__}")
+    slow, norm = args.skip_slow, args.norm
+    blocks = (("attention", teacher), ("FAR", far)) if args.wrt != "lstm_input" else (("FAR", far),)
+    for name, block in blocks:
+        fn = head_output_fn(block, args.wrt)
+        with torch.no_grad():  # the benchmark's x is the residual input; derive the input wrt names
+            x = {"residual": x0, "mixer_input": block.norm1(x0)}.get(args.wrt)
+            x = block.attn.lstm_inputs(block.norm1(x0)) if x is None else x
+        ref, t_loop = _timed(lambda: dependency_loop(fn, x, norm=norm))
         runs, checks = {"loop/head": t_loop}, {}
         for label, call in (
-            ("factored", lambda: dependency_factored(fn, x)),
-            ("batched", None if slow else lambda: dependency(fn, x)),
-            ("loop/all", None if slow else lambda: dependency_loop(lambda inp: fn(inp), x)),
-            ("captum", None if slow or args.skip_captum else lambda: dependency_captum(fn, x)),
+            ("factored", lambda: dependency_factored(fn, x, norm=norm)),
+            ("batched", None if slow else lambda: dependency(fn, x, norm=norm)),
+            ("loop/all", None if slow else lambda: dependency_loop(lambda inp: fn(inp), x, norm=norm)),
+            ("captum", None if slow or args.skip_captum or norm != "l2" else lambda: dependency_captum(fn, x)),
         ):
             if call is None:
                 continue

@@ -14,6 +14,9 @@ grouped-query attention (``H_k`` divides ``H_q``: every query head still scores 
 any mask (masks select, they do not skip work in a dense kernel); the backward kernels count twice
 the forward (dQ, dK, dV, dP: four matmuls of the forward's size). The LSTM kernels (CPU oneDNN
 ``mkldnn_rnn_layer``, cuDNN ``_cudnn_rnn``) are counted as their gate matmuls, T·4H·(D_in + H).
+Sparse kernels (Sparsifiner's sparse path): a sparse × dense ``mm`` counts one MAC per stored entry
+per output column (torch's formula reads shapes only and would count it as dense), and the sampled
+matmul ``sparse_sampled_addmm`` counts nnz · inner width.
 
 Convention: **MACs** (multiply-accumulates) = FlopCounterMode FLOPs / 2, per forward call. The
 papers' "FLOPs" are MACs in this sense (fvcore's convention). Elementwise work (LayerNorm, softmax,
@@ -84,9 +87,33 @@ SDPA_OPS: dict[str, str] = {
 }
 
 
+def _sparse_aware_mm_flop(a, b, *args, out_val=None, **kwargs) -> int:
+    """``aten.mm`` where either operand may be sparse (CSR / COO): one MAC per stored entry per column.
+
+    torch's own formula reads only shapes, so a sparse × dense product is counted as dense.
+    """
+    if a.layout != torch.strided:
+        return 2 * a._nnz() * b.shape[-1]
+    if b.layout != torch.strided:
+        return 2 * b._nnz() * a.shape[0]
+    return 2 * a.shape[0] * a.shape[1] * b.shape[1]
+
+
+def _sampled_addmm_flop(inp, mat1, mat2, *args, out_val=None, **kwargs) -> int:
+    """``aten.sparse_sampled_addmm`` (SDDMM): (mat1 @ mat2) only at the stored entries of ``inp``."""
+    return 2 * inp._nnz() * mat1.shape[-1]
+
+
+_sparse_aware_mm_flop._get_raw = True  # FlopCounterMode passes tensors, not shapes, to formulas marked so
+_sampled_addmm_flop._get_raw = True
+
+
 def flop_formulas() -> dict[Any, Any]:
-    """``custom_mapping`` for ``FlopCounterMode``: the SDPA kernels and the LSTM kernels of this build."""
-    out: dict[Any, Any] = {}
+    """``custom_mapping`` for ``FlopCounterMode``: the SDPA, LSTM and sparse-matmul kernels of this build."""
+    out: dict[Any, Any] = {torch.ops.aten.mm: _sparse_aware_mm_flop}
+    op = getattr(torch.ops.aten, "sparse_sampled_addmm", None)
+    if op is not None:
+        out[op] = _sampled_addmm_flop
     for name, kind in SDPA_OPS.items():
         op = getattr(torch.ops.aten, name, None)
         if op is not None:

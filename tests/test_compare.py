@@ -24,6 +24,8 @@ def _maps(kind: str, seed: int, samples=(3, 7), layers=(0, 1, 2)) -> xr.Dataset:
                     coords={"sample": list(samples), "layer": list(layers), "head": np.arange(heads),
                             **query_key_coords(["cls"], (4, 4))})
     ds[cls] = (("sample", "layer", "head", "y", "x"), vals[:, :, :, 0, 1:].reshape(len(samples), len(layers), heads, 4, 4))
+    for v in (name, cls):
+        ds[v].attrs["units"] = "probability" if kind == "attention" else "gradient norm"
     if kind == "attention":
         ds = ds.assign_coords(num_heads=("layer", [heads] * len(layers)))
     return ds.assign_coords(y=np.arange(4), x=np.arange(4))
@@ -31,9 +33,15 @@ def _maps(kind: str, seed: int, samples=(3, 7), layers=(0, 1, 2)) -> xr.Dataset:
 
 def test_stack_maps_lines_up_and_normalises():
     att, dep = _maps("attention", 0), _maps("dependency", 1, samples=(3, 7, 9), layers=(1, 2))
-    both = token_maps(att, dep)
+    raw = token_maps(att, dep)  # default: the values as extracted, units per model
+    assert raw.attrs["normalize"] == "none" and raw["units"].values.tolist() == ["probability", "gradient norm"]
+    np.testing.assert_array_equal(raw["map"].sel(model="far", sample=7, layer=2).values,
+                                  dep["dependency"].sel(sample=7, layer=2).values)
+    assert not np.allclose(raw["map"].sel(model="far").sum("key").values, 1.0)  # per-query magnitude kept
+    both = token_maps(att, dep, normalize="row")
     assert both["map"].dims == ("model", "sample", "layer", "head", "query", "key")
     assert both["model"].values.tolist() == ["teacher", "far"] and both["measure"].values.tolist() == ["attention", "saliency"]
+    assert both["units"].values.tolist() == ["share of the row"] * 2
     assert both["sample"].values.tolist() == [3, 7] and both["layer"].values.tolist() == [1, 2]  # what both share
     np.testing.assert_allclose(both["map"].sum("key").values, 1.0, rtol=1e-5)
     np.testing.assert_allclose(both["cls_map"].sum(("y", "x")).values, 1.0, rtol=1e-5)
@@ -48,8 +56,11 @@ def test_stack_maps_lines_up_and_normalises():
 
 def test_agreement_by_hand():
     att, dep = _maps("attention", 0), _maps("dependency", 1)
-    maps = stack_maps({"teacher": att, "copy": att, "far": dep})
+    maps = stack_maps({"teacher": att, "copy": att, "far": dep}, normalize="row")
     agree = agreement(maps, reference="teacher")
+    raw_stack = agreement(stack_maps({"teacher": att, "copy": att, "far": dep}), reference="teacher")
+    for k in agree.data_vars:  # normalize="row" normalises raw maps itself: the same scores
+        np.testing.assert_allclose(raw_stack[k].values, agree[k].values, rtol=1e-5)
     assert agree["model"].values.tolist() == ["copy", "far"] and agree.attrs["reference"] == "teacher"
     same = agree.sel(model="copy")
     np.testing.assert_allclose(same["pearson"].values, 1.0, rtol=1e-6)
@@ -71,5 +82,24 @@ def test_agreement_by_hand():
     assert ((agree["js"] >= 0) & (agree["js"] <= 1)).all()
     with pytest.raises(ValueError, match="reference"):
         agreement(maps, reference="nobody")
-    with pytest.raises(ValueError, match="row-normalised"):
-        agreement(stack_maps({"a": att, "b": dep}, normalize="none"), reference="a")
+    with pytest.raises(ValueError, match="one measure"):
+        agreement(stack_maps({"a": att, "b": dep}), reference="a", normalize="none")
+    with pytest.raises(ValueError, match="already sum to 1"):
+        agreement(maps, reference="teacher", normalize="none")
+
+
+def test_agreement_on_raw_saliency_sees_query_magnitude():
+    """normalize="none" (same measure only) scores per-query magnitudes: a map whose rows are rescaled differs in
+    Pearson on raw values but is identical row-normalised; JS always compares normalised rows."""
+    dep = _maps("dependency", 1)
+    scaled = dep.copy(deep=True)
+    scaled["dependency"] = dep["dependency"] * xr.DataArray(np.linspace(0.1, 10, 17), dims="query")
+    maps = stack_maps({"teacher saliency": dep, "far saliency": scaled})
+    row, raw = (agreement(maps, reference="teacher saliency", normalize=n) for n in ("row", "none"))
+    np.testing.assert_allclose(row["pearson"].values, 1.0, rtol=1e-6)
+    assert (raw["pearson"].values < 0.9).all() and raw.attrs["normalize"] == "none"
+    np.testing.assert_allclose(raw["js"].values, row["js"].values)
+    a = maps["map"].sel(model="teacher saliency", sample=3, layer=0).mean("head").values
+    b = maps["map"].sel(model="far saliency", sample=3, layer=0).mean("head").values
+    assert float(raw["pearson"].sel(model="far saliency", sample=3, layer=0)) == pytest.approx(
+        np.corrcoef(a.ravel(), b.ravel())[0, 1], rel=1e-5)

@@ -19,13 +19,13 @@ import torch
 import xarray as xr
 
 import methods.teachers  # noqa: F401
-from workbench.analysis import EXTRACTORS, get_extractor, load_all
+from workbench.analysis import get_extractor, load_all
 from workbench.provenance import DataSource, ModelSource, stamp
 from workbench.store import open_store, save
 
-# DESIGN.md dims, plus the image dims that stores use for the pictures behind a figure.
-DESIGN_DIMS = {"model", "sample", "layer", "head", "query", "key", "y", "x", "direction", "unit",
-               "branch_i", "branch_j", "module", "stage", "window", "pair", "basis", "epoch", "step"}
+# The shared dims of docs/conventions.md.
+DESIGN_DIMS = {"model", "sample", "layer", "head", "query", "key", "y", "x", "direction", "unit", "branch",
+               "branch_i", "branch_j", "module", "stage", "window", "pair", "basis", "epoch", "step", "run"}
 
 
 def _vit():
@@ -57,9 +57,16 @@ CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...], list[int]
 
 
 
-def test_every_registered_extractor_has_a_case():
-    load_all()
-    assert set(EXTRACTORS) <= set(CASES), f"add rows to CASES for {set(EXTRACTORS) - set(CASES)}"
+def test_every_registered_extractor_has_a_case_and_the_shared_signature():
+    import inspect
+
+    ours = {k: fn for k, fn in load_all().items() if fn.__module__.startswith("workbench.")}  # not the tests' toys
+    assert set(ours) <= set(CASES), f"add rows to CASES for {set(ours) - set(CASES)}"
+    for name, fn in ours.items():
+        params = inspect.signature(fn).parameters
+        assert list(params)[:2] == ["model", "images"], name
+        for kw in ("layers", "targets"):
+            assert params[kw].kind is inspect.Parameter.KEYWORD_ONLY and params[kw].default is None, (name, kw)
 
 
 @pytest.fixture(params=sorted(CASES), ids=sorted(CASES))

@@ -35,14 +35,14 @@ def test_plot_retention():
 
 
 def test_plot_maps_and_agreement():
-    maps = stack_maps({"teacher attention": _maps("attention", 0), "FAR saliency": _maps("dependency", 1)})
+    maps = stack_maps({"teacher attention": _maps("attention", 0), "FAR saliency": _maps("dependency", 1)}, normalize="row")
     image = np.random.default_rng(0).random((16, 16))
     fig = plot_cls_comparison(maps, image, layers=[2], heads=[0, 1])
     axes = [a for a in fig.axes if a.get_label() != "<colorbar>"]
     assert len(axes) == 4 and axes[0].get_ylabel() == "teacher attention" and axes[2].get_ylabel() == "FAR saliency"
     assert len(_colorbar_labels(fig)) == 2 and all("share of CLS row" in s for s in _colorbar_labels(fig))
     plt.close(fig)
-    fig = plot_token_maps(maps, layer=1)
+    fig = plot_token_maps(maps, layer=1, shared_scale=False)
     axes = [a for a in fig.axes if a.get_label() != "<colorbar>"]
     assert [a.get_title() for a in axes] == ["teacher attention", "FAR saliency"]
     assert axes[0].get_xlabel() == "key token (input)" and axes[0].get_ylabel() == "query token (output)"
@@ -52,4 +52,33 @@ def test_plot_maps_and_agreement():
     axes = [a for a in fig.axes]
     assert [a.get_xlabel() for a in axes] == ["layer (block)"] * 3
     assert fig.legends and "FAR saliency vs teacher attention" in [t.get_text() for t in fig.legends[0].texts]
+    plt.close(fig)
+
+
+def test_unnormalised_maps_keep_query_magnitude_and_share_scales_by_unit():
+    """Fig. 6/12–14: the default draws the stored values (per-query magnitude kept, so bands can show); panels in
+    the same unit share one colour bar naming the unit; normalize="row" is the mean of rows that sum to 1."""
+    dep = _maps("dependency", 1)
+    bands = dep.copy(deep=True)  # query 4 depends 10x more strongly on its inputs: a horizontal band
+    bands["dependency"] = dep["dependency"] * xr.DataArray(np.where(np.arange(17) == 4, 10.0, 1.0), dims="query")
+    maps = stack_maps({"teacher attention": _maps("attention", 0), "teacher saliency": dep, "FAR saliency": bands})
+    fig = plot_token_maps(maps, layer=1)
+    panels = [a for a in fig.axes if a.get_label() != "<colorbar>"]
+    shown = panels[2].images[0].get_array()
+    np.testing.assert_allclose(shown, maps["map"].sel(model="FAR saliency", layer=1).mean(("head", "sample")).values, rtol=1e-6)
+    assert shown[4].mean() > 5 * np.delete(shown, 4, axis=0).mean()  # the band is there
+    assert panels[1].images[0].norm.vmax == panels[2].images[0].norm.vmax  # one scale for the two saliencies
+    assert panels[0].images[0].norm.vmax != panels[1].images[0].norm.vmax
+    assert sorted(_colorbar_labels(fig)) == ["attention: probability", "saliency: gradient norm"]
+    plt.close(fig)
+    fig = plot_token_maps(maps, layer=1, normalize="row")
+    shown = [a for a in fig.axes if a.get_label() != "<colorbar>"][2].images[0].get_array()
+    rows = maps["map"].sel(model="FAR saliency", layer=1)
+    np.testing.assert_allclose(shown, (rows / rows.sum("key")).mean(("head", "sample")).values, rtol=1e-5)
+    np.testing.assert_allclose(shown.sum(-1), 1.0, rtol=1e-5)  # the band is gone
+    assert _colorbar_labels(fig) == ["share of query row (attention & saliency)"]
+    plt.close(fig)
+    fig = plot_cls_comparison(maps, layers=[1], heads=[0, 1], models=["teacher saliency", "FAR saliency"])
+    labels = _colorbar_labels(fig)
+    assert len(labels) == 2 and all("gradient norm" in s for s in labels)
     plt.close(fig)

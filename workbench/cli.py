@@ -89,6 +89,10 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--out", required=True, help="store path (.nc)")
     a.add_argument("--layers", default=None, help="comma-separated block indices (default: all)")
     a.add_argument("--img-size", type=int, default=None, help="input resolution for timm models (e.g. 384)")
+    a.add_argument("--wrt", default=None, choices=["mixer_input", "residual", "lstm_input"],
+                   help="dependency only: differentiate by the token-mixer input (default), the block input, or FAR's "
+                        "LSTM input")
+    a.add_argument("--norm", default=None, choices=["l2", "l1"], help="dependency only: norm of the gradient (default l2)")
     _add_device(a)
 
     i = add(sub, "inspect", "Summarise a store: variables, dims and provenance (checks that it opens).", EXAMPLES["inspect"])
@@ -195,6 +199,11 @@ def cmd_analyze(args) -> int:
     opts = {}
     if args.layers:
         opts["layers"] = [int(x) for x in args.layers.split(",")]
+    for name in ("wrt", "norm"):
+        if getattr(args, name):
+            if args.kind != "dependency":
+                raise ValueError(f"--{name} applies to the dependency analysis only")
+            opts[name] = getattr(args, name)
     path = run_analysis(args.kind.replace("-", "_"), args.model, args.images, args.out, checkpoint=args.checkpoint,
                         device=args.device, img_size=args.img_size, **opts)
     print(f"wrote {path}")

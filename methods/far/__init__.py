@@ -28,6 +28,7 @@ Typical use::
     small = shrink(student, masks)                                  # physically pruned, same function
 """
 
+from .adjoint import bilstm_head_adjoint, lstm_sum_adjoint
 from .config import (
     FAR_VARIANTS,
     DistillConfig,
@@ -81,9 +82,9 @@ __all__ = [
     "CONVENTIONS", "DIRECTIONS", "FAR_VARIANTS", "PAPER_TABLE2", "SCHEDULES",
     "DistillConfig", "FARConfig", "FARLoss", "FARVariant", "FinetuneConfig", "Grouping", "MultiHeadBiLSTM",
     "PruneConfig", "Schedule", "SimInput", "Table2Row",
-    "apply_masks", "far_config", "far_vit", "attention_macs", "block_outputs", "capture_block_outputs", "check_vit", "count_flops",
+    "apply_masks", "far_config", "far_vit", "attention_macs", "bilstm_head_adjoint", "block_outputs", "capture_block_outputs", "check_vit", "count_flops",
     "count_params", "embed_tokens", "freeze_for_distillation", "from_scratch", "group_hoyer",
-    "hoyer_regularizer", "kept_masks", "load_pruned_state_dict", "lstm_macs", "mask_hook", "prune_masks",
+    "hoyer_regularizer", "kept_masks", "load_pruned_state_dict", "lstm_macs", "lstm_sum_adjoint", "mask_hook", "prune_masks",
     "replace_attention", "retention", "shrink", "similarity_loss", "substitute_macs", "substitutes",
     "table2", "unfreeze_all", "unit_group_norms",
 ]

@@ -28,6 +28,21 @@ shrunk model.
 Norm placement (see :func:`methods.far.replace.replace_attention`): the module takes the place of
 timm's ``block.attn``, so it receives ``LN1(x)`` from the block's (pretrained, kept) ``norm1`` and
 applies its own LayerNorm on top, as §3.2 says the substitute does.
+
+Hook points (:mod:`methods.hooks`; no parameters, so state dicts and checkpoints are unchanged). Inside
+a ViT they are named ``blocks.{i}.attn.<suffix>``:
+
+=================  =====================================================================  =========================
+suffix             value                                                                   shape
+=================  =====================================================================  =========================
+``hook_lstm_in``   the LSTM inputs I = Proj_in(LN(x)), heads concatenated: head n is       ``(B, T, N·D_h)``
+                   ``[..., n·D_h:(n+1)·D_h]`` (what the authors' saliency differentiates by)
+``hook_heads``     the LSTM outputs H, in ``lstms`` order (head 0 forward, head 0 reverse,   ``(B, T, Σ hidden)``;
+                   head 1 forward, …), before the output projection                        ``(B, T, 2·N·U)`` unpruned
+=================  =====================================================================  =========================
+
+(``hook_heads`` is the shared name of "per-head outputs, heads concatenated, before the output
+projection"; the block's ``hook_mixer_in`` / ``hook_mixer_out`` come from timm ``Block``'s adapter.)
 """
 
 from __future__ import annotations
@@ -38,6 +53,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
+
+from methods.hooks import HookPoint
 
 DIRECTIONS: tuple[str, str] = ("forward", "reverse")
 
@@ -111,6 +128,8 @@ class MultiHeadBiLSTM(nn.Module):
             _make_lstm(head_dim, sizes[n][d], bias) for n in range(num_heads) for d in range(2)
         )
         self.out_proj = nn.Linear(sum(sum(s) for s in sizes), dim)
+        self.hook_lstm_in = HookPoint()  # I: (B, T, N·D_h)
+        self.hook_heads = HookPoint()  # H: (B, T, Σ hidden)
 
     # ----------------------------------------------------------------------------------- structure
     def hidden_sizes(self) -> list[tuple[int, int]]:
@@ -143,15 +162,17 @@ class MultiHeadBiLSTM(nn.Module):
         )
 
     # ------------------------------------------------------------------------------------- forward
-    def _run_lstms(self, x: torch.Tensor, heads: Optional[Sequence[int]] = None) -> list[torch.Tensor]:
-        """Outputs of the LSTMs of ``heads`` (default all), each ``(B, T, hidden)``, in ``lstms`` order."""
+    def lstm_inputs(self, x: torch.Tensor, heads: Optional[Sequence[int]] = None) -> torch.Tensor:
+        """The LSTM inputs I = Proj_in(LN(x)) of ``heads`` (default all), concatenated: ``(B, T, n·D_h)``."""
         xn = self.norm(x)
         if heads is None:
-            heads = range(self.num_heads)
-            inputs = self.in_proj(xn)  # (B, T, D) -> (B, T, N·D_h)
-        else:  # project onto the selected heads' subspaces only
-            rows = torch.cat([torch.arange(n * self.head_dim, (n + 1) * self.head_dim) for n in heads]).to(x.device)
-            inputs = F.linear(xn, self.in_proj.weight[rows], self.in_proj.bias[rows])  # (B, T, n·D_h)
+            return self.in_proj(xn)  # (B, T, D) -> (B, T, N·D_h)
+        # project onto the selected heads' subspaces only
+        rows = torch.cat([torch.arange(n * self.head_dim, (n + 1) * self.head_dim) for n in heads]).to(x.device)
+        return F.linear(xn, self.in_proj.weight[rows], self.in_proj.bias[rows])  # (B, T, n·D_h)
+
+    def _lstm_outputs(self, inputs: torch.Tensor, heads: Sequence[int]) -> list[torch.Tensor]:
+        """Outputs of the LSTMs of ``heads`` from their inputs ``(B, T, len(heads)·D_h)``, each ``(B, T, hidden)``, in ``lstms`` order."""
         inputs = rearrange(inputs, "b t (n c) -> n b t c", c=self.head_dim)  # I_n: (B, T, D_h)
         outs = []
         for i, n in enumerate(heads):
@@ -170,7 +191,8 @@ class MultiHeadBiLSTM(nn.Module):
         """
         if attn_mask is not None or is_causal:
             raise ValueError("MultiHeadBiLSTM has no attention mask; attn_mask/is_causal are unsupported")
-        h = torch.cat(self._run_lstms(x), dim=-1)  # H = [H_1; …; H_N]: (B, T, Σ hidden)
+        inputs = self.hook_lstm_in(self.lstm_inputs(x))  # I: (B, T, N·D_h)
+        h = self.hook_heads(torch.cat(self._lstm_outputs(inputs, range(self.num_heads)), dim=-1))  # H: (B, T, Σ hidden)
         return self.out_proj(h)  # (B, T, D)
 
     def forward_heads(self, x: torch.Tensor, heads: Optional[Sequence[int]] = None) -> torch.Tensor:
@@ -184,13 +206,25 @@ class MultiHeadBiLSTM(nn.Module):
             ``(B, T, n_heads, 2·U)``: features ``[forward units 0..U-1, reverse units 0..U-1]`` at
             their original unit index; removed units read 0 (a pruned unit's output is exactly 0).
         """
+        return self.heads_from_lstm_inputs(self.lstm_inputs(x, heads), heads)
+
+    def heads_from_lstm_inputs(self, inputs: torch.Tensor, heads: Optional[Sequence[int]] = None) -> torch.Tensor:
+        """:meth:`forward_heads` from the LSTM inputs of ``heads`` (``hook_lstm_in``'s value, or its slices of ``heads``).
+
+        Args:
+            inputs: ``(B, T, n_heads·D_h)``, the inputs of ``heads`` in that order (all N heads when ``heads`` is None).
+            heads: which heads ``inputs`` holds (default all).
+
+        Returns:
+            ``(B, T, n_heads, 2·U)`` as :meth:`forward_heads`.
+        """
         heads = list(range(self.num_heads)) if heads is None else list(heads)
-        outs = self._run_lstms(x, heads)
-        b, t = x.shape[:2]
+        outs = self._lstm_outputs(inputs, heads)
+        b, t = inputs.shape[:2]
         placed = []
         for i, out in enumerate(outs):
             n, d = heads[i // 2], i % 2
-            idx = self.kept[n, d].nonzero().squeeze(-1).to(x.device)
+            idx = self.kept[n, d].nonzero().squeeze(-1).to(inputs.device)
             # (B, T, h) -> (B, T, U), out of place so torch.func transforms can trace it
             placed.append(out.new_zeros(b, t, self.hidden_dim).index_copy(-1, idx, out))
         full = torch.stack(placed, dim=2)  # (B, T, 2·n_heads, U) in lstms order

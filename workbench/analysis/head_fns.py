@@ -1,30 +1,42 @@
-"""Per-head outputs of a ViT block as functions of the block input, for gradient-saliency dependency.
+"""Per-head outputs of a ViT block as functions of a chosen block-internal input, for gradient-saliency dependency.
 
 :func:`head_output_fn` describes one timm ``Block`` — teacher ``Attention`` or FAR substitute — as a
-:class:`HeadFn`: the per-head outputs ``(B, T, N, C)`` and, for the fast factored Jacobian of
-:mod:`workbench.analysis.dependency`, the head as token mixer ∘ per-token map:
+:class:`HeadFn`: the per-head outputs ``(B, T, N, C)`` as a function of the input named by ``wrt``
+(:data:`WRT`; see :mod:`workbench.analysis.dependency` for what each measures) and, for the fast
+factored Jacobian of :mod:`workbench.analysis.dependency`, the head as token mixer ∘ per-token map:
 
-- attention: per-token map z = LN1(x); the mixer's input gradients for every query by
-  ``torch.func`` (:func:`_attention_mixer_vjp_func`) or in closed form (:func:`_attention_mixer_vjp`),
-  and whole dependency rows in closed form through the LayerNorm (:func:`_attention_rows_closed_form`);
-- FAR: per-token map I_n = Proj_in(LN(LN1(x)))[n] with closed-form Jacobians (:func:`_far_jacobian`),
-  mixer gradients from the batched LSTM adjoint (:func:`methods.far.adjoint.bilstm_head_adjoint`).
+==================  ============================================  ==============================================
+``wrt``             attention (teacher)                           FAR substitute
+==================  ============================================  ==============================================
+``"residual"``      z = LN1(x); whole rows in closed form         z = I_n = Proj_in(LN(LN1(x)))[n], J_k closed
+                    through the LayerNorm                         form through both LayerNorms
+``"mixer_input"``   z = u = LN1(x) itself (the input); rows in    z = I_n = Proj_in(LN(u))[n], J_k closed form
+                    closed form                                   through the substitute's own LayerNorm
+``"lstm_input"``    — (an attention has no LSTM input)            z = I_n, a slice of the input I (a selection)
+==================  ============================================  ==============================================
 
-Every closed form is checked against ``torch.autograd.functional.jacobian`` in tests/test_dependency.py.
+The mixer's input gradients for all queries come from ``torch.func`` (:func:`_attention_mixer_vjp_func`)
+or in closed form (:func:`_attention_mixer_vjp`) for attention, and from the batched LSTM adjoint
+(:func:`methods.far.bilstm_head_adjoint`) for FAR. Every closed form is checked against
+``torch.autograd.functional.jacobian`` and against a per-(head, query) autograd loop on the real
+model's hook points in tests/test_dependency.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Literal, Optional, Sequence
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
 
-from methods.far import MultiHeadBiLSTM
-from methods.far.adjoint import bilstm_head_adjoint
+from methods.far import MultiHeadBiLSTM, bilstm_head_adjoint
+
+#: What a dependency differentiates by (:mod:`workbench.analysis.dependency`).
+Wrt = Literal["mixer_input", "residual", "lstm_input"]
+WRT: tuple[str, ...] = ("mixer_input", "residual", "lstm_input")
 
 #: ``fn(x, heads) -> (B, T, len(heads), C)``; ``heads=None`` means all heads.
 HeadOutputs = Callable[[torch.Tensor, Optional[Sequence[int]]], torch.Tensor]
@@ -36,7 +48,7 @@ MixerVJP = Callable[[torch.Tensor, int, Sequence[int]], torch.Tensor]
 
 @dataclass(frozen=True)
 class HeadFn:
-    """Per-head outputs of one block as a function of the block input.
+    """Per-head outputs of one block as a function of one block-internal input (``wrt``).
 
     Calling ``f(x)`` gives ``(B, T, N, C)``; ``f(x, [h])`` computes head h only (``(B, T, 1, C)``),
     which is what the dependency functions use so that a backward never runs through other heads.
@@ -50,6 +62,8 @@ class HeadFn:
     mixer_vjp: Optional[MixerVJP] = None  # token mixer's input gradients for many queries
     rows: Optional[Callable[[torch.Tensor, int, Sequence[int]], Optional[torch.Tensor]]] = None  # closed form (B, Q, T), or None
     jacobian: Optional[Callable[[torch.Tensor, int], Optional[torch.Tensor]]] = None  # closed-form J_k (B, T, Z, D), or None
+    selects: bool = False  # local picks coordinates of its input (identity / a slice): ‖J_kᵀ δz‖_p = ‖δz‖_p
+    wrt: str = "mixer_input"  # which input x is (WRT)
 
     def __call__(self, x: torch.Tensor, heads: Optional[Sequence[int]] = None) -> torch.Tensor:
         return self.fn(x, heads)
@@ -66,10 +80,8 @@ def _attention_rows(attn: nn.Module, heads: Sequence[int]) -> torch.Tensor:
     return torch.arange(3 * nh * dh, device=attn.qkv.weight.device).view(3, nh, dh)[:, list(heads)].reshape(-1)
 
 
-def _attention_heads(block: nn.Module, x: torch.Tensor, heads: Optional[Sequence[int]]) -> torch.Tensor:
-    """Per-head ``softmax(q kᵀ · scale) v`` of a timm ``Block``/``Attention``: ``(B, T, n, D_h)``."""
-    attn = block.attn
-    xn = block.norm1(x)  # (B, T, D)
+def _attention_heads(attn: nn.Module, xn: torch.Tensor, heads: Optional[Sequence[int]]) -> torch.Tensor:
+    """Per-head ``softmax(q kᵀ · scale) v`` of a timm ``Attention`` from its input ``xn = LN1(x)``: ``(B, T, n, D_h)``."""
     b, t, _ = xn.shape
     idx = list(range(attn.num_heads)) if heads is None else list(heads)
     dh = attn.head_dim
@@ -167,24 +179,33 @@ def _layer_norm_parts(norm: nn.Module, x: torch.Tensor) -> Optional[tuple[torch.
     return (x - x.mean(-1, keepdim=True)) / sigma, sigma, gamma
 
 
-def _attention_rows_closed_form(block: nn.Module, x: torch.Tensor, head: int, queries: Sequence[int]) -> Optional[torch.Tensor]:
-    """Dependency rows ``(B, Q, T)`` of attention head h without materialising a D-vector per (q, k).
+def _attention_rows_closed_form(
+    block: nn.Module, x: torch.Tensor, head: int, queries: Sequence[int], through_norm: bool = True
+) -> Optional[torch.Tensor]:
+    """L2 dependency rows ``(B, Q, T)`` of attention head h without materialising a D-vector per (q, k).
 
     Uses :func:`_attention_mixer_vjp`'s closed form, ∂F_q/∂z_k = a_qk α_q + b_qk β_q (+ ω_q at
-    k = q) with a = dS, b = P, through the block's LayerNorm, whose input gradient at token k is
-    (g − mean(g) − x̂_k mean(g ⊙ x̂_k)) / σ_k for g = γ ⊙ ∂F_q/∂z_k. Its squared norm expands into
-    inner products of α_q, β_q, 1 and x̂_k — a few (T × D)·(D × Q) matmuls instead of Q·T·D work.
-    The k = q entries (with ω) are computed directly. None when the block is not LayerNorm →
-    plain attention (then the generic factored path runs).
+    k = q) with a = dS, b = P. With respect to z = LN1(x) itself (``through_norm=False``: x is z) the
+    squared norm is a²‖α‖² + 2ab α·β + b²‖β‖². Through the block's LayerNorm (``through_norm=True``:
+    x is the residual input), the input gradient at token k is (g − mean(g) − x̂_k mean(g ⊙ x̂_k)) / σ_k
+    for g = γ ⊙ ∂F_q/∂z_k; its squared norm expands into inner products of α_q, β_q, 1 and x̂_k — a
+    few (T × D)·(D × Q) matmuls instead of Q·T·D work. The k = q entries (with ω) are computed
+    directly. None when the block is not LayerNorm → plain attention (then the generic factored
+    path runs).
     """
     attn = block.attn
-    parts = _layer_norm_parts(block.norm1, x)
-    if parts is None or not (isinstance(attn.q_norm, nn.Identity) and isinstance(attn.k_norm, nn.Identity)):
+    if not (isinstance(attn.q_norm, nn.Identity) and isinstance(attn.k_norm, nn.Identity)):
         return None
-    xhat, sigma, gamma = parts
+    if through_norm:
+        parts = _layer_norm_parts(block.norm1, x)
+        if parts is None:
+            return None
+        xhat, sigma, gamma = parts
+        xn = block.norm1(x)
+    else:
+        xn, gamma = x, x.new_ones(x.shape[-1])
     d = x.shape[-1]
     wts = _head_weights(attn, head)
-    xn = block.norm1(x)
     qs = torch.as_tensor(list(queries), device=x.device)
     k, v = F.linear(xn, *wts["k"]), F.linear(xn, *wts["v"])  # (B, T, D_h)
     q = F.linear(xn[:, qs], *wts["q"])  # (B, Q, D_h)
@@ -202,21 +223,25 @@ def _attention_rows_closed_form(block: nn.Module, x: torch.Tensor, head: int, qu
     al, be = gamma * alpha, gamma * beta  # γ ⊙ α, γ ⊙ β
     b = probs
     gg = a * a * (al * al).sum(-1, keepdim=True) + 2 * a * b * (al * be).sum(-1, keepdim=True) + b * b * (be * be).sum(-1, keepdim=True)
-    m = (a * al.sum(-1, keepdim=True) + b * be.sum(-1, keepdim=True)) / d  # mean(g): (B, Q, T)
-    n = (a * (al @ xhat.transpose(1, 2)) + b * (be @ xhat.transpose(1, 2))) / d  # mean(g ⊙ x̂_k)
-    xx = (xhat * xhat).sum(-1)[:, None, :]  # x̂_k · x̂_k: (B, 1, T)
-    x1 = xhat.sum(-1)[:, None, :]  # 1 · x̂_k (0 up to rounding)
-    sq = gg - d * m * m - 2 * d * n * n + n * n * xx + 2 * m * n * x1
-    out = sq.clamp_min(0).sqrt() / sigma.transpose(1, 2)  # (B, Q, T)
+    if through_norm:
+        m = (a * al.sum(-1, keepdim=True) + b * be.sum(-1, keepdim=True)) / d  # mean(g): (B, Q, T)
+        n = (a * (al @ xhat.transpose(1, 2)) + b * (be @ xhat.transpose(1, 2))) / d  # mean(g ⊙ x̂_k)
+        xx = (xhat * xhat).sum(-1)[:, None, :]  # x̂_k · x̂_k: (B, 1, T)
+        x1 = xhat.sum(-1)[:, None, :]  # 1 · x̂_k (0 up to rounding)
+        sq = gg - d * m * m - 2 * d * n * n + n * n * xx + 2 * m * n * x1
+        out = sq.clamp_min(0).sqrt() / sigma.transpose(1, 2)  # (B, Q, T)
+    else:
+        out = gg.clamp_min(0).sqrt()
     # k = q: the query's own q (and gate) add ω_q; compute those entries directly
     own = attn.scale * (a @ k) @ wts["q"][0]
     if gate is not None:
         own = own + (y * gate * (1 - gate)) @ wts["g"][0]
     iq = torch.arange(len(qs), device=x.device)
     g = gamma * (a[:, iq, qs, None] * alpha + b[:, iq, qs, None] * beta + own)  # (B, Q, D)
-    xq, sq_ = xhat[:, qs], sigma[:, qs]
-    dx = (g - g.mean(-1, keepdim=True) - xq * (g * xq).mean(-1, keepdim=True)) / sq_
-    out[:, iq, qs] = dx.norm(dim=-1)
+    if through_norm:
+        xq, sq_ = xhat[:, qs], sigma[:, qs]
+        g = (g - g.mean(-1, keepdim=True) - xq * (g * xq).mean(-1, keepdim=True)) / sq_
+    out[:, iq, qs] = g.norm(dim=-1)
     return out
 
 
@@ -233,52 +258,93 @@ def _layer_norm_vjp_rows(rows: torch.Tensor, norm: nn.Module, inp: torch.Tensor)
     return (cg - cg.mean(-1, keepdim=True) - proj * xhat[..., None, :]) / sigma[..., None]
 
 
-def _far_jacobian(block: nn.Module, x: torch.Tensor, head: int) -> Optional[torch.Tensor]:
-    """J_k = ∂I_n/∂x_k of FAR head n for every token in closed form: W_n through the two LayerNorms' Jacobians
-    (rank-2 updates, O(D_h·D) per token). None when a norm is not a LayerNorm (then ``vmap(jacrev)`` runs)."""
+def _far_jacobian(block: nn.Module, x: torch.Tensor, head: int, through_norm1: bool) -> Optional[torch.Tensor]:
+    """J_k = ∂I_n/∂x_k of FAR head n for every token in closed form: W_n through the substitute's LayerNorm (and
+    ``norm1`` when x is the residual input) as rank-2 updates, O(D_h·D) per token. None when a norm is not a
+    LayerNorm (then ``vmap(jacrev)`` runs)."""
     sub = block.attn
     w = sub.in_proj.weight[head * sub.head_dim:(head + 1) * sub.head_dim]  # (D_h, D)
-    inner = block.norm1(x)  # input of the substitute's own norm
+    inner = block.norm1(x) if through_norm1 else x  # input of the substitute's own norm
     rows = _layer_norm_vjp_rows(w.expand(*x.shape[:2], *w.shape), sub.norm, inner)
-    return None if rows is None else _layer_norm_vjp_rows(rows, block.norm1, x)
+    if rows is None or not through_norm1:
+        return rows
+    return _layer_norm_vjp_rows(rows, block.norm1, x)
 
 
-def _far_local(block: nn.Module, x: torch.Tensor, head: int) -> torch.Tensor:
-    """Per-token part of FAR head n: the LSTM input I_n = Proj_in(LN(LN1(x)))[n], ``(..., D) -> (..., D_h)``."""
+def _far_local(block: nn.Module, x: torch.Tensor, head: int, through_norm1: bool) -> torch.Tensor:
+    """Per-token part of FAR head n: the LSTM input I_n = Proj_in(LN(u))[n] with u = LN1(x) (or u = x), ``(..., D) -> (..., D_h)``."""
     sub = block.attn
     rows = slice(head * sub.head_dim, (head + 1) * sub.head_dim)
-    return F.linear(sub.norm(block.norm1(x)), sub.in_proj.weight[rows], sub.in_proj.bias[rows])
+    u = block.norm1(x) if through_norm1 else x
+    return F.linear(sub.norm(u), sub.in_proj.weight[rows], sub.in_proj.bias[rows])
 
 
-def head_output_fn(block: nn.Module) -> HeadFn:
+def _head_slice(sub: MultiHeadBiLSTM, inputs: torch.Tensor, heads: Optional[Sequence[int]]) -> torch.Tensor:
+    """Columns of ``heads`` in the LSTM input I ``(B, T, N·D_h)``: ``(B, T, n·D_h)``."""
+    if heads is None:
+        return inputs
+    dh = sub.head_dim
+    cols = torch.cat([torch.arange(n * dh, (n + 1) * dh) for n in heads]).to(inputs.device)
+    return inputs.index_select(-1, cols)
+
+
+def _far_head_fn(block: nn.Module, wrt: str) -> HeadFn:
+    sub = block.attn
+    adjoint = lambda z, h, qs: bilstm_head_adjoint(sub, h, z, qs)  # noqa: E731
+    if wrt == "lstm_input":  # x = I (B, T, N·D_h); head n reads its own slice only
+        dh = sub.head_dim
+        return HeadFn(lambda i, heads=None: sub.heads_from_lstm_inputs(_head_slice(sub, i, heads), heads), sub.num_heads,
+                      local=lambda i, h: i[..., h * dh:(h + 1) * dh], mixer_vjp=adjoint, selects=True, wrt=wrt)
+    full = wrt == "residual"
+    return HeadFn(
+        lambda x, heads=None: sub.forward_heads(block.norm1(x) if full else x, heads), sub.num_heads,
+        local=lambda x, h: _far_local(block, x, h, full), mixer_vjp=adjoint,
+        jacobian=lambda x, h: _far_jacobian(block, x, h, full), wrt=wrt,
+    )
+
+
+def _attention_head_fn(block: nn.Module, wrt: str) -> HeadFn:
+    attn = block.attn
+    if not isinstance(getattr(attn, "norm", nn.Identity()), nn.Identity):
+        raise TypeError("attention with scale_norm normalises over all heads together: per-head dependency is undefined")
+    if wrt == "lstm_input":
+        raise ValueError("wrt='lstm_input' needs a FAR substitute: an attention block has no LSTM input "
+                         "(use wrt='mixer_input' for a teacher)")
+    mixer = lambda z, h, qs: _attention_mixer_vjp(attn, z, h, qs)  # noqa: E731
+    if wrt == "mixer_input":  # x = LN1 output: the per-token map is the identity
+        return HeadFn(lambda u, heads=None: _attention_heads(attn, u, heads), attn.num_heads,
+                      local=lambda u, h: u, mixer_vjp=mixer, selects=True, wrt=wrt,
+                      rows=lambda u, h, qs: _attention_rows_closed_form(block, u, h, qs, through_norm=False))
+    return HeadFn(
+        lambda x, heads=None: _attention_heads(attn, block.norm1(x), heads), attn.num_heads,
+        local=lambda x, h: block.norm1(x), mixer_vjp=mixer, wrt=wrt,
+        rows=lambda x, h, qs: _attention_rows_closed_form(block, x, h, qs),
+    )
+
+
+def head_output_fn(block: nn.Module, wrt: Wrt = "mixer_input") -> HeadFn:
     """Per-head outputs of a timm ViT ``Block`` (teacher ``Attention`` or FAR substitute).
 
     Args:
         block: ``timm.models.vision_transformer.Block``; its ``.attn`` is a timm ``Attention`` or
             a :class:`methods.far.MultiHeadBiLSTM`. Put it in eval mode yourself.
+        wrt: the input the returned function takes: ``"residual"`` the block input x_l ``(B, T, D)``
+            (``hook_resid_pre``), ``"mixer_input"`` the LN1 output ``(B, T, D)`` (``hook_mixer_in``),
+            ``"lstm_input"`` FAR's LSTM inputs I ``(B, T, N·D_h)`` (``attn.hook_lstm_in``).
 
     Returns:
-        A :class:`HeadFn` mapping the block input x_l ``(B, T, D)`` to ``(B, T, N, C)``:
-        C = D_h for attention (``attn @ v``), 2·U for FAR (forward then reverse units).
+        A :class:`HeadFn` mapping that input to ``(B, T, N, C)``: C = D_h for attention
+        (``attn @ v``), 2·U for FAR (forward then reverse units).
 
     Raises:
         TypeError: ``block.attn`` is neither, or an attention whose output norm mixes heads.
+        ValueError: an unknown ``wrt``, or ``"lstm_input"`` for an attention block.
     """
+    if wrt not in WRT:
+        raise ValueError(f"wrt must be one of {', '.join(map(repr, WRT))}, got {wrt!r}")
     attn = getattr(block, "attn", None)
     if isinstance(attn, MultiHeadBiLSTM):
-        return HeadFn(
-            lambda x, heads=None: attn.forward_heads(block.norm1(x), heads), attn.num_heads,
-            local=lambda x, h: _far_local(block, x, h),
-            mixer_vjp=lambda z, h, qs: bilstm_head_adjoint(attn, h, z, qs),
-            jacobian=lambda x, h: _far_jacobian(block, x, h),
-        )
+        return _far_head_fn(block, wrt)
     if attn is not None and all(hasattr(attn, a) for a in ("qkv", "num_heads", "head_dim", "scale")):
-        if not isinstance(getattr(attn, "norm", nn.Identity()), nn.Identity):
-            raise TypeError("attention with scale_norm normalises over all heads together: per-head dependency is undefined")
-        return HeadFn(
-            lambda x, heads=None: _attention_heads(block, x, heads), attn.num_heads,
-            local=lambda x, h: block.norm1(x),
-            mixer_vjp=lambda z, h, qs: _attention_mixer_vjp(attn, z, h, qs),
-            rows=lambda x, h, qs: _attention_rows_closed_form(block, x, h, qs),
-        )
+        return _attention_head_fn(block, wrt)
     raise TypeError(f"block.attn must be a timm Attention or a FAR MultiHeadBiLSTM, got {type(attn).__name__}")

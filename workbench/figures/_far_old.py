@@ -5,7 +5,16 @@ per-layer agreement of FAR's token maps with the teacher's (``far.agreement``).
 
 Token maps compare three things on the profile's analysis images: the teacher's attention
 probabilities (what the paper shows for DeiT), the teacher's gradient saliency and FAR's gradient
-saliency (what the paper shows for FAR), all row-normalised (:mod:`workbench.analysis.compare`).
+saliency (what the paper shows for FAR), with respect to each block's token-mixer input
+(``wrt="mixer_input"``, :mod:`workbench.analysis.dependency`), drawn as extracted — probabilities
+and gradient norms, each unit on its own stated colour scale — as the paper draws them; the
+agreement scores use row-normalised maps (:mod:`workbench.analysis.compare` says why).
+
+Layers of App. C (Fig. 9–14): the paper shows DeiT-Tiny's layers 0, 5 and 7 of 12 as shallow,
+intermediate and deep. We take the block at the same relative depth, round(p / 11 · (L − 1)) for
+paper layer p and our L blocks — 0, 2 and 3 for the 6-block demo ViT — rather than first / middle /
+last: the paper's "deep" layer 7 is not DeiT-Tiny's last block (its last is 11), and our
+token-level findings should be read at the positions the paper read them.
 """
 
 from __future__ import annotations
@@ -15,9 +24,12 @@ import pandas as pd
 from workbench.figures import Context, Table, figure
 from workbench.figures.prepare import step
 
-#: Shallow, middle and deep layer of App. C (DeiT-Tiny: 0, 5, 7 of 12); for the 6-block demo ViT: 0, 3, 5.
+#: Shallow, intermediate and deep layer of App. C (DeiT-Tiny: 0, 5, 7 of 12); for the 6-block demo ViT: 0, 2, 3.
 PAPER_LAYERS = {"fig9": 0, "fig10": 5, "fig11": 7, "fig12": 0, "fig13": 5, "fig14": 7}
+PAPER_DEPTH = 12  # DeiT-Tiny's blocks
 MODELS = ("teacher attention", "teacher saliency", "FAR saliency")
+#: what the saliency maps differentiate by (workbench.analysis.dependency): the token-mixer input
+WRT = "mixer_input"
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -33,14 +45,14 @@ def _runs(ctx: Context):
 
 
 def _maps(ctx: Context):
-    """Row-normalised token maps of teacher attention, teacher saliency and FAR saliency, and the teacher store."""
+    """Token maps (as extracted) of teacher attention, teacher saliency and FAR saliency, and the teacher store."""
     from workbench.analysis.compare import stack_maps
 
     teacher, far, _ = _runs(ctx)
     images = ctx.profile.analysis_images
     att = ctx.analysis("attention", teacher.id, images)
-    maps = stack_maps(dict(zip(MODELS, (att, ctx.analysis("dependency", teacher.id, images),
-                                        ctx.analysis("dependency", far.id, images)))))
+    maps = stack_maps(dict(zip(MODELS, (att, ctx.analysis("dependency", teacher.id, images, wrt=WRT),
+                                        ctx.analysis("dependency", far.id, images, wrt=WRT)))))
     return maps, att
 
 
@@ -65,19 +77,17 @@ def far_maps(ctx: Context):
     ctx.analysis("retention", _runs(ctx)[2].id, ctx.profile.analysis_images)
 
 
-@step("far.table3", after=("teacher-vit",), cost=60)
+@step("far.table3", after=("teacher-vit",), cost=145)  # 4 schedules x 2 epochs at batch 16
 def train_table3(ctx: Context):
     _table3_runs(ctx)
 
 
-def _layer(maps, paper_layer: int, paper_depth: int = 12) -> int:
-    """Our layer at the same relative depth as the paper's DeiT-Tiny layer (0 -> 0, 5 -> middle, 7 -> last)."""
-    layers = [int(v) for v in maps["layer"].values]
-    if paper_layer == 0:
-        return layers[0]
-    if paper_layer == 7:
-        return layers[-1]
-    return layers[len(layers) // 2]
+def relative_layer(maps, paper_layer: int, paper_depth: int = PAPER_DEPTH) -> int:
+    """Our block at the relative depth of the paper's DeiT-Tiny layer: round(p / (12 − 1) · (L − 1)) (module docstring)."""
+    layers = sorted(int(v) for v in maps["layer"].values)
+    depth = layers[-1] + 1
+    want = round(paper_layer / (paper_depth - 1) * (depth - 1))
+    return min(layers, key=lambda lay: abs(lay - want))
 
 
 # ---------------------------------------------------------------------------------------- figures
@@ -92,29 +102,43 @@ def fig4(ctx: Context):
     return plot_retention(ds)
 
 
+_UNITS = ("attention in probability, saliency in gradient norm (‖∂Σ_c y_q / ∂LN1(x)_k‖₂), each on its own "
+          "stated colour scale, not row-normalised")
+
+
 @figure("far.fig5", paper="far", needs=("teacher-vit", "far-vit", "attention", "dependency"), steps=("far.maps",),
         caption="Fig. 5: token importance of the CLS token in the last block, per head: the teacher's attention "
-                "probabilities (top) and the FAR model's gradient saliency (bottom), each row-normalised over the "
-                "patches and drawn over the input digit.")
+                "probabilities (top) and the FAR model's gradient saliency w.r.t. the block's token-mixer input "
+                "(bottom), drawn over the input digit; each model's heads share one colour scale, so a weak head "
+                f"looks weak ({_UNITS}).")
 def fig5(ctx: Context):
     from workbench.plots.far import plot_cls_comparison
 
     maps, att = _maps(ctx)
     s = int(maps.sample[0])
-    return plot_cls_comparison(maps, att["image"].sel(sample=s).values, sample=s, layers=[_layer(maps, 7)],
+    return plot_cls_comparison(maps, att["image"].sel(sample=s).values, sample=s, layers=[_last(maps)],
                                models=["teacher attention", "FAR saliency"],
                                title=f"CLS token importance per head, last layer · teacher vs FAR · sample {s}")
 
 
 @figure("far.fig6", paper="far", needs=("teacher-vit", "far-vit", "attention", "dependency"), steps=("far.maps",),
         caption="Fig. 6: token-to-token dependency in the last block, averaged over heads and samples (App. C.2): "
-                "teacher attention, teacher gradient saliency and FAR gradient saliency, each query row normalised "
-                "to sum to 1.")
+                "teacher attention, teacher gradient saliency and FAR gradient saliency; the two saliencies share one "
+                f"colour scale ({_UNITS}; a bright row is a query whose output depends strongly on its inputs).")
 def fig6(ctx: Context):
     from workbench.plots.far import plot_token_maps
 
     maps, _ = _maps(ctx)
-    return plot_token_maps(maps, layer=_layer(maps, 7))
+    return plot_token_maps(maps, layer=_last(maps))
+
+
+def _last(maps) -> int:
+    return max(int(v) for v in maps["layer"].values)
+
+
+def _depth_note(maps, fig_id: str) -> str:
+    layer = relative_layer(maps, PAPER_LAYERS[fig_id])
+    return f"block {layer} of {_last(maps) + 1} (paper: DeiT-Tiny layer {PAPER_LAYERS[fig_id]} of {PAPER_DEPTH}, same relative depth)"
 
 
 def _cls_figure(fig_id: str):
@@ -122,12 +146,11 @@ def _cls_figure(fig_id: str):
         from workbench.plots.far import plot_cls_comparison
 
         maps, att = _maps(ctx)
-        layer = _layer(maps, PAPER_LAYERS[fig_id])
         s = int(maps.sample[0])
         heads = [int(h) for h in maps["head"].values[:3]]
-        return plot_cls_comparison(maps, att["image"].sel(sample=s).values, sample=s, layers=[layer], heads=heads,
-                                   models=["teacher attention", "FAR saliency"],
-                                   title=f"CLS → patch, layer {layer} (paper: DeiT-Tiny layer {PAPER_LAYERS[fig_id]}) · sample {s}")
+        return plot_cls_comparison(maps, att["image"].sel(sample=s).values, sample=s, layers=[relative_layer(maps, PAPER_LAYERS[fig_id])],
+                                   heads=heads, models=["teacher attention", "FAR saliency"],
+                                   title=f"CLS → patch, {_depth_note(maps, fig_id)} · sample {s}")
 
     return build
 
@@ -137,41 +160,55 @@ def _token_figure(fig_id: str):
         from workbench.plots.far import plot_token_maps
 
         maps, _ = _maps(ctx)
-        layer = _layer(maps, PAPER_LAYERS[fig_id])
-        return plot_token_maps(maps, layer=layer, title=f"Token-to-token dependency, layer {layer} (paper: DeiT-Tiny "
-                                                        f"layer {PAPER_LAYERS[fig_id]}) · mean over heads and samples")
+        return plot_token_maps(maps, layer=relative_layer(maps, PAPER_LAYERS[fig_id]),
+                               title=f"Token-to-token dependency, {_depth_note(maps, fig_id)} · mean over heads and samples")
 
     return build
 
 
-_DEPTH = {"fig9": "shallow (first)", "fig10": "middle", "fig11": "deep (last)",
-          "fig12": "shallow (first)", "fig13": "middle", "fig14": "deep (last)"}
+_DEPTH = {"fig9": "shallow", "fig10": "intermediate", "fig11": "deep", "fig12": "shallow", "fig13": "intermediate",
+          "fig14": "deep"}
+_WHERE = ("the block at the paper's relative depth (DeiT-Tiny layer {p} of 12 → block round({p}/11·(L−1)) of our L; "
+          "block {d} of the 6-block demo ViT)")
 for _id in ("fig9", "fig10", "fig11"):
+    _p = PAPER_LAYERS[_id]
     figure(f"far.{_id}", paper="far", needs=("teacher-vit", "far-vit", "attention", "dependency"), steps=("far.maps",),
-           caption=f"Fig. {_id[3:]} (App. C.1): CLS-to-patch maps of three heads in the {_DEPTH[_id]} block of the demo ViT, "
-                   "teacher attention (top) above FAR gradient saliency (bottom), row-normalised, over the input digit.",
+           caption=f"Fig. {_id[3:]} (App. C.1): CLS-to-patch maps of three heads in the {_DEPTH[_id]} block — "
+                   + _WHERE.format(p=_p, d=round(_p / 11 * 5))
+                   + " — teacher attention (top) above FAR gradient saliency (bottom), over the input digit; each "
+                     f"model's heads share one colour scale ({_UNITS}).",
            )(_cls_figure(_id))
 for _id in ("fig12", "fig13", "fig14"):
+    _p = PAPER_LAYERS[_id]
     figure(f"far.{_id}", paper="far", needs=("teacher-vit", "far-vit", "attention", "dependency"), steps=("far.maps",),
-           caption=f"Fig. {_id[3:]} (App. C.2): token-to-token dependency in the {_DEPTH[_id]} block, averaged over heads and "
-                   "samples: teacher attention, teacher gradient saliency, FAR gradient saliency (rows sum to 1).",
+           caption=f"Fig. {_id[3:]} (App. C.2): token-to-token dependency in the {_DEPTH[_id]} block — "
+                   + _WHERE.format(p=_p, d=round(_p / 11 * 5))
+                   + " — averaged over heads and samples: teacher attention, teacher gradient saliency, FAR gradient "
+                     f"saliency; the two saliencies share one colour scale ({_UNITS}; horizontal bands = queries whose "
+                     "output depends strongly on their inputs).",
            )(_token_figure(_id))
 
 
 @figure("far.agreement", paper="far", needs=("teacher-vit", "far-vit", "attention", "dependency"), steps=("far.maps",),
-        caption="Per-layer agreement of token-to-token maps (head-averaged, row-normalised, per sample; mean ± sd over "
-                "the analysis images). Paper-style: FAR saliency vs teacher attention, with the teacher's own saliency vs "
-                "its attention as the ceiling a perfect copy could reach under the change of measure; like-for-like: FAR "
-                "saliency vs teacher saliency. Spearman ρ / Pearson r over all T×T entries; Jensen–Shannon divergence "
-                "(bits) between corresponding query rows, averaged over rows.")
+        caption="Per-layer agreement of token-to-token maps (head-averaged, per sample; mean ± sd over the analysis "
+                "images), saliency taken w.r.t. each block's token-mixer input. Paper-style: FAR saliency vs teacher "
+                "attention, with the teacher's own saliency vs its attention as the ceiling a perfect copy could reach "
+                "under the change of measure; like-for-like: FAR saliency vs teacher saliency. Correlations use "
+                "row-normalised maps (attention rows sum to 1 and carry no per-query magnitude, so raw values would score "
+                "FAR on a quantity the reference lacks), except 'like-for-like, raw', which compares the two saliencies' "
+                "stored values and so also scores per-query magnitude (the bands of Fig. 12–14). Spearman ρ / Pearson r "
+                "over all T×T entries; Jensen–Shannon divergence (bits) between corresponding row-normalised query rows, "
+                "averaged over rows.")
 def agreement_figure(ctx: Context):
     from workbench.analysis.compare import agreement
     from workbench.plots.far import plot_agreement
 
     maps, _ = _maps(ctx)
+    saliencies = maps.sel(model=["teacher saliency", "FAR saliency"]).assign_attrs(maps.attrs)
     paper_style = agreement(maps, reference="teacher attention")
-    like = agreement(maps.sel(model=["teacher saliency", "FAR saliency"]).assign_attrs(maps.attrs), reference="teacher saliency")
-    return plot_agreement({"paper-style": paper_style, "like-for-like": like})
+    like = agreement(saliencies, reference="teacher saliency")
+    raw = agreement(saliencies, reference="teacher saliency", normalize="none")[["pearson", "spearman", "cls_pearson"]]
+    return plot_agreement({"paper-style": paper_style, "like-for-like": like, "like-for-like, raw": raw})
 
 
 # ------------------------------------------------------------------------------------------ tables
@@ -207,8 +244,8 @@ def table1(ctx: Context) -> Table:
 @figure("far.table3", paper="far", kind="table", needs=("teacher-vit", "far_table3_*"), steps=("far.table3",),
         caption="Table 3: top-1 accuracy of FAR under the four loss schedules of the distillation phase — train from "
                 "scratch (TFS), distill with CE only, with the block similarity only, with both (Eq. 4) — on the demo "
-                "with the profile's short ablation budgets, after distillation and after finetuning, beside the paper's "
-                "ImageNet numbers.")
+                "with the profile's short ablation budget, the same for all four, beside the paper's ImageNet numbers, with "
+                "the ordering of the schedules compared to the paper's.")
 def table3(ctx: Context) -> Table:
     from methods.far.paper import PAPER_TABLE3
     from workbench.pipelines.far import get_budget
@@ -229,9 +266,28 @@ def table3(ctx: Context) -> Table:
              + (f"then finetuning {f.epochs} epochs at lr {f.lr:g}, " if f.epochs else "no finetuning, ")
              + f"batch {d.batch_size}; the same for all four schedules. TFS re-initialises every weight and trains all of "
              "them with CE; cls and sim train only the substitutes, with CE or the block similarity (Eq. 3) alone.",
+             _ordering(res, PAPER_TABLE3, cols),
              f"teacher: {100 * teacher.manifest['results']['val_acc']:.1f}% ({teacher.id}); runs: "
              + ", ".join(r.id for r in runs.values()) + "."]
     return Table(pd.DataFrame(rows), f"FAR Table 3 on the demo (profile {ctx.profile.name})", notes)
+
+
+def _ordering(res: dict, paper: dict, cols: dict) -> str:
+    """Our schedules sorted by accuracy after distillation, beside the paper's orderings (Table 3)."""
+    def order(acc: dict) -> str:
+        ranked = sorted(acc, key=lambda k: acc[k])
+        return " < ".join(cols[k] for k in ranked)
+
+    acc = {k: v["distill_val_acc"] for k, v in res.items()}
+    ours = order(acc)
+    theirs = "; ".join(f"{name}: {order(vals)}" for name, vals in paper.items())
+    same = [name for name, vals in paper.items() if order(vals) == ours]
+    verdict = f"the same as the paper's {' and '.join(same)}" if same else "not the paper's ordering"
+    best = max(acc, key=acc.get)
+    paper_best = {max(vals, key=vals.get) for vals in paper.values()}
+    if not same and paper_best == {best}:
+        verdict += f", though {cols[best]} is best here too, as in every row of the paper"
+    return f"ordering after distillation here: {ours} — {verdict} (paper, ImageNet: {theirs})."
 
 
 @figure("far.table2", paper="far", kind="table", needs=("teacher-vit", "far-vit", "far_pruned-vit"), steps=("far",),

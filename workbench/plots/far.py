@@ -8,13 +8,17 @@
   (App. C.2), one panel per model.
 - :func:`plot_agreement` — per-layer agreement of FAR's maps with the teacher's.
 
-Maps from :func:`~workbench.analysis.compare.stack_maps` are row-normalised, so teacher attention
-and FAR gradient saliency share one colour scale: "share of the row".
+The map helpers take :func:`~workbench.analysis.compare.stack_maps` output in either form and draw
+it as stored (``normalize="none"``, the default: probabilities and gradient norms, as the paper
+shows them, so a query whose output depends strongly on its inputs is a bright row) or with every
+query row normalised to sum to 1 before averaging (``normalize="row"``: "share of the row", one
+unit for attention and saliency, per-query magnitude erased). Panels in the same unit share one
+colour scale and one colour bar naming the unit (``shared_scale``).
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Literal, Mapping, Sequence
 
 import matplotlib.colors as mcolors
 import matplotlib.pyplot as plt
@@ -28,8 +32,40 @@ from matplotlib.figure import Figure
 from workbench.plots.theme import ATTENTION_CMAP, MISSING_COLOR, PANEL_INCHES
 
 
+Normalize = Literal["none", "row"]
+
+
 def _cmap() -> mcolors.Colormap:
     return plt.get_cmap(ATTENTION_CMAP).with_extremes(bad=MISSING_COLOR)
+
+
+def _rows_normalised(da: xr.DataArray, dims: tuple[str, ...], normalize: Normalize) -> xr.DataArray:
+    """Every row (sum over ``dims``) scaled to 1 for ``normalize="row"``; unchanged for ``"none"``."""
+    if normalize == "none":
+        return da
+    if normalize != "row":
+        raise ValueError(f"normalize must be 'none' or 'row', got {normalize!r}")
+    total = da.sum(dims)
+    return da / total.where(total > 0)
+
+
+def _units(maps: xr.Dataset, normalize: Normalize) -> dict[str, str]:
+    """model -> the unit its values are drawn in."""
+    models = [str(m) for m in maps["model"].values]
+    if normalize == "row" or maps.attrs.get("normalize") == "row":
+        return dict.fromkeys(models, "share of the row")
+    units = maps["units"].values if "units" in maps.coords else [""] * len(models)
+    return {m: str(u) or "value" for m, u in zip(models, units)}
+
+
+def _scale_groups(models: Sequence[str], units: Mapping[str, str], shared: bool) -> list[list[int]]:
+    """Indices of ``models`` drawn on one colour scale: same unit together (``shared``), else one each."""
+    if not shared:
+        return [[i] for i in range(len(models))]
+    groups: dict[str, list[int]] = {}
+    for i, m in enumerate(models):
+        groups.setdefault(units[m], []).append(i)
+    return list(groups.values())
 
 
 # ------------------------------------------------------------------------------------------ retention
@@ -90,41 +126,47 @@ def plot_cls_comparison(
     heads: Sequence[int] | None = None,
     models: Sequence[str] | None = None,
     alpha: float = 0.65,
+    normalize: Normalize = "none",
     shared_scale: bool = False,
     title: str | None = None,
 ) -> Figure:
     """CLS-to-patch maps over the image: rows = (layer, model) with models one above the other, columns = heads.
 
     Args:
-        maps: :func:`~workbench.analysis.compare.stack_maps` output with ``cls_map`` (row-normalised).
+        maps: :func:`~workbench.analysis.compare.stack_maps` output with ``cls_map``.
         image: the sample's image ``(H, W)`` or ``(H, W, 3)`` in [0, 1]; ``None`` shows the patch grid only.
         sample: sample label; ``None`` for the first.
         layers: layer labels (default all); heads: head labels (default all); models: model labels (default all).
         alpha: opacity of the map over the image.
-        shared_scale: one colour scale for all rows; default one per row (attention and saliency
-            concentrate very differently, so a shared scale hides the flatter one).
+        normalize: ``"none"`` (default) values as stored — each head's CLS row keeps its size, so a weak
+            head looks weak; ``"row"`` each head's CLS row over the patches sums to 1.
+        shared_scale: one colour scale for all rows in the same unit; default one per row, shared by its
+            heads (attention and saliency concentrate very differently, so a shared scale hides the flatter one).
         title: figure title.
 
     Returns:
-        The Figure; colour = share of the CLS row over the patches, each colour bar marking the
-        uniform share 1 / patches.
+        The Figure; every colour bar names its unit (row-normalised: marking the uniform share 1 / patches).
     """
-    da = maps["cls_map"]
+    da = _rows_normalised(maps["cls_map"], ("y", "x"), normalize)
     sample = da["sample"].values[0] if sample is None else sample
     da = da.sel(sample=sample)
     layers = list(da["layer"].values) if layers is None else list(layers)
     heads = list(da["head"].values) if heads is None else list(heads)
     models = list(da["model"].values) if models is None else list(models)
+    units = _units(maps, normalize)
     rows = [(lay, m) for lay in layers for m in models]
     panels = [[da.sel(layer=lay, model=m, head=h).transpose("y", "x").values for h in heads] for lay, m in rows]
     tops = [float(np.nanmax([np.nanmax(p) for p in r])) for r in panels]
-    if shared_scale:
-        tops = [max(tops)] * len(tops)
+    groups = _scale_groups([m for _, m in rows], units, shared_scale)
+    for g in groups:
+        for r in g:
+            tops[r] = max(tops[i] for i in g)
+    last_of_group = {g[-1]: g for g in groups}
     gh, gw = da.sizes["y"], da.sizes["x"]
-    uniform = 1.0 / (gh * gw)
+    uniform = 1.0 / (gh * gw) if units[models[0]] == "share of the row" else None
     img = None if image is None else _as_grey(image)
     extent = (-0.5, gw - 0.5, gh - 0.5, -0.5) if img is None else (-0.5, img.shape[1] - 0.5, img.shape[0] - 0.5, -0.5)
-    fig, axes = plt.subplots(len(rows), len(heads), figsize=(PANEL_INCHES * len(heads) + 1.9, PANEL_INCHES * len(rows) + 0.6),
+    fig, axes = plt.subplots(len(rows), len(heads), figsize=(PANEL_INCHES * len(heads) + 2.2, PANEL_INCHES * len(rows) + 0.6),
                              squeeze=False, layout="constrained")
     measure = dict(zip(maps["model"].values, maps["measure"].values)) if "measure" in maps.coords else {}
     for r, (lay, m) in enumerate(rows):
@@ -142,14 +184,16 @@ def plot_cls_comparison(
             a.set_title(f"layer {int(lay)} · head {int(h)}", fontsize="small")
             if c == 0:
                 a.set_ylabel(f"{m}", fontsize="small")
-        if shared_scale and r < len(rows) - 1:
+        if r not in last_of_group:
             continue
-        cbar = fig.colorbar(ScalarMappable(norm=norm, cmap=_cmap()), ax=list(axes[: r + 1].ravel()) if shared_scale
-                            else list(axes[r]), shrink=0.9, aspect=12, pad=0.02)
-        if uniform <= tops[r]:
+        cbar = fig.colorbar(ScalarMappable(norm=norm, cmap=_cmap()), ax=[axes[i, j] for i in last_of_group[r] for j in range(len(heads))],
+                            shrink=0.9, aspect=12, pad=0.02)
+        if uniform is not None and uniform <= tops[r]:
             cbar.ax.axhline(uniform, color="white", lw=1.5, ls=(0, (2, 1)))
         what = measure.get(m, "map")
-        cbar.set_label(f"share of CLS row\n({what}; - - uniform)", fontsize="x-small")
+        label = (f"share of CLS row\n({what}; - - uniform)" if uniform is not None
+                 else f"CLS row, {what}\n({units[m]})")
+        cbar.set_label(label, fontsize="x-small")
         cbar.ax.tick_params(labelsize="x-small")
     fig.suptitle(title or f"CLS → patch dependency, teacher vs FAR · sample {sample}")
     return fig
@@ -175,32 +219,42 @@ def plot_token_maps(
     models: Sequence[str] | None = None,
     samples: Sequence[int] | None = None,
     scale: str = "sqrt",
-    shared_scale: bool = False,
+    normalize: Normalize = "none",
+    shared_scale: bool = True,
     title: str | None = None,
 ) -> Figure:
     """Token-to-token maps of one layer, averaged over heads and samples (App. C.2), one panel per model.
 
     Args:
-        maps: :func:`~workbench.analysis.compare.stack_maps` output (row-normalised ``map``).
+        maps: :func:`~workbench.analysis.compare.stack_maps` output.
         layer: layer label.
         models: model labels (default all), left to right.
         samples: sample labels to average over (default all).
-        scale: ``"sqrt"`` (default, keeps small shares visible) or ``"linear"``.
-        shared_scale: one colour scale for all panels; default one per panel (with its colour bar).
+        scale: ``"sqrt"`` (default, keeps small values visible) or ``"linear"``.
+        normalize: ``"none"`` (default) the mean of the stored values: a query row's brightness is how
+            strongly that output token depends on its inputs (the paper's horizontal bands);
+            ``"row"`` every (sample, head) query row scaled to sum to 1 before averaging.
+        shared_scale: panels in the same unit (e.g. teacher and FAR saliency) share one colour scale
+            and colour bar (default); False gives every panel its own.
         title: figure title.
 
     Returns:
-        The Figure; colour = share of the query row (mean over heads and samples).
+        The Figure; colour = mean over heads and samples, in the unit its colour bar names.
     """
-    da = maps["map"].sel(layer=layer)
+    da = _rows_normalised(maps["map"].sel(layer=layer), ("key",), normalize)
     if samples is not None:
         da = da.sel(sample=list(samples))
     avg = da.mean(("head", "sample"))
     models = list(avg["model"].values) if models is None else list(models)
+    units = _units(maps, normalize)
     tops = [float(np.nanmax(avg.sel(model=m).values)) for m in models]
-    if shared_scale:
-        tops = [max(tops)] * len(tops)
-    fig, axes = plt.subplots(1, len(models), figsize=(3.1 * len(models) + 0.4, 3.0), squeeze=False, layout="constrained")
+    groups = _scale_groups(models, units, shared_scale)
+    for g in groups:
+        for i in g:
+            tops[i] = max(tops[j] for j in g)
+    last_of_group = {g[-1]: g for g in groups}
+    fig, axes = plt.subplots(1, len(models), figsize=(3.1 * len(models) + 0.4 + 0.3 * len(groups), 3.0), squeeze=False,
+                             layout="constrained")
     measure = dict(zip(maps["model"].values, maps["measure"].values)) if "measure" in maps.coords else {}
     kinds = maps["query_kind"].values if "query_kind" in maps.coords else None
     for i, (a, m) in enumerate(zip(axes[0], models)):
@@ -211,15 +265,18 @@ def plot_token_maps(
             _token_axes(a, kinds)
         a.set_xlabel("key token (input)")
         a.set_ylabel("query token (output)" if i == 0 else "")
-        if shared_scale and i < len(models) - 1:
+        if i not in last_of_group:
             continue
-        cbar = fig.colorbar(ScalarMappable(norm=norm, cmap=_cmap()), ax=list(axes[0]) if shared_scale else a,
+        cbar = fig.colorbar(ScalarMappable(norm=norm, cmap=_cmap()), ax=[axes[0, j] for j in last_of_group[i]],
                             shrink=0.85, aspect=20, pad=0.02)
         if isinstance(norm, mcolors.PowerNorm):
             cbar.set_ticks(sorted({float(f"{tops[i] * f:.2g}") for f in (0, 1 / 16, 1 / 4, 9 / 16, 1)}))
         cbar.ax.tick_params(labelsize="x-small")
-        cbar.set_label(f"share of query row ({measure.get(m, 'map')})", fontsize="x-small")
-    fig.suptitle(title or f"Token-to-token dependency · layer {layer} · mean over {da.sizes['sample']} samples "
+        what = " & ".join(dict.fromkeys(measure.get(models[j], "map") for j in last_of_group[i]))
+        label = f"share of query row ({what})" if units[m] == "share of the row" else f"{what}: {units[m]}"
+        cbar.set_label(label, fontsize="x-small")
+    how = "rows normalised, " if normalize == "row" or maps.attrs.get("normalize") == "row" else ""
+    fig.suptitle(title or f"Token-to-token dependency · layer {layer} · {how}mean over {da.sizes['sample']} samples "
                           f"× {da.sizes['head']} heads", fontsize="medium")
     return fig
 
@@ -244,17 +301,21 @@ def plot_agreement(agreements: Mapping[str, xr.Dataset], *, metrics: Sequence[st
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.0 * len(metrics) + 0.4, 2.8), squeeze=False, layout="constrained")
     palette = sns.color_palette("colorblind")
     lines = []
-    for ds in agreements.values():
+    for family, ds in agreements.items():
+        raw = ds.attrs.get("normalize") == "none"  # stored values, not row-normalised: dashed
         for m in ds["model"].values:
-            lines.append((f"{m} vs {ds.attrs.get('reference', 'reference')}", ds.sel(model=m)))
+            name = f"{m} vs {ds.attrs.get('reference', 'reference')}"
+            if any(n == name for n, _, _ in lines) or raw:
+                name = f"{name} ({family})"
+            lines.append((name, ds.sel(model=m), raw))
     for a, metric in zip(axes[0], metrics):
-        for i, (name, ds) in enumerate(lines):
+        for i, (name, ds, raw) in enumerate(lines):
             if metric not in ds:
                 continue
             mean, std = ds[metric].mean("sample"), ds[metric].std("sample")
             layers = ds["layer"].values
             a.errorbar(layers, mean.values, yerr=std.values, marker="o", ms=3.5, capsize=2, lw=1.3, color=palette[i],
-                       label=name)
+                       ls="--" if raw else "-", label=name)
         a.set_xlabel("layer (block)")
         a.set_ylabel(labels.get(metric, metric))
         a.set_xticks(lines[0][1]["layer"].values if lines else [])
@@ -264,6 +325,6 @@ def plot_agreement(agreements: Mapping[str, xr.Dataset], *, metrics: Sequence[st
             a.axhline(0, color="0.6", lw=0.8)
         a.grid(alpha=0.3)
     handles, names = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="outside lower center", ncols=min(3, len(names)), fontsize="small", frameon=False)
+    fig.legend(handles, names, loc="outside lower center", ncols=min(2, len(names)), fontsize="small", frameon=False)
     fig.suptitle(title or "Agreement of token maps with the reference, per layer (mean ± sd over samples)")
     return fig

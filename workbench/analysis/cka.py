@@ -1,0 +1,300 @@
+"""Representation similarity between two networks: linear CKA (biased and debiased) and block cosine.
+
+Centered kernel alignment (Kornblith et al. 2019, "Similarity of Neural Network Representations
+Revisited") compares two sets of features of the same n examples, X ∈ R^{n×d₁} and Y ∈ R^{n×d₂}:
+
+    CKA(X, Y) = HSIC(K, L) / √(HSIC(K, K) · HSIC(L, L)),     K = X Xᵀ,  L = Y Yᵀ  (linear kernels).
+
+- **biased** (Gretton et al. 2005): HSIC_b(K, L) = tr(K H L H) / (n − 1)², H = I − 11ᵀ/n. With
+  column-centred features this is ‖Xᵀ Y‖²_F / (n − 1)², so CKA_b = ‖XᵀY‖²_F / (‖XᵀX‖_F ‖YᵀY‖_F).
+  It is biased upwards for finite n: two *independent* random feature sets of width d ≈ n have
+  CKA_b far from 0.
+- **debiased** (the unbiased HSIC estimator of Song et al. 2012, used for CKA by Nguyen, Raghu &
+  Kornblith 2021, "Do Wide and Deep Networks Learn the Same Things?"): with K̃, L̃ the kernels with
+  their diagonals set to 0,
+
+      HSIC_u(K, L) = [tr(K̃ L̃) + (1ᵀK̃1)(1ᵀL̃1) / ((n−1)(n−2)) − 2/(n−2) · 1ᵀK̃L̃1] / (n(n−3)).
+
+  The estimator is invariant to translating the features, so we centre them first; then K1 = 0
+  and, with r_i = ‖x_i‖² and s_i = ‖y_i‖², it needs no n×n matrix:
+
+      n(n−3) · HSIC_u = ‖XᵀY‖²_F − n/(n−2) · rᵀs + ‖X‖²_F ‖Y‖²_F / ((n−1)(n−2))
+
+  (Kornblith's feature-space form). The factor n(n−3) cancels in the ratio. Debiased CKA of
+  independent features is ≈ 0; it can be slightly negative, and for tiny n a debiased
+  self-HSIC can be ≤ 0, in which case CKA is NaN.
+
+Everything is computed in float64 (the terms above cancel heavily), on the device of the inputs.
+Cost per pair O(n·d₁·d₂); per layer the centred features and self-HSICs are computed once.
+
+Which features (used by :mod:`workbench.analysis.comparison`): a *layer* is a block output — a ViT
+block's residual stream ``(B, T, D)``, a Swin block's ``(B, H, W, C)``, a CNN stage's
+``(B, C, H, W)``. :class:`LayerFeatures` puts each on its spatial grid ``(B, h, w, D)`` (ViT
+prefix tokens — CLS, distillation, registers — held apart) and three poolings give the examples:
+
+- ``"mean"``: token-averaged — the mean over the grid (global average pooling; prefix tokens
+  excluded, so a ViT, a Swin and a CNN are pooled alike); n = samples;
+- ``"token"``: tokens as examples — every grid position of every sample; two layers whose grids
+  differ (a CNN stage at 28×28 against ViT patches at 7×7, Swin stages after patch merging) are
+  first brought to the common grid (min(h₁, h₂), min(w₁, w₂)) by adaptive average pooling, so an
+  example is the same image region in both; n = samples·h·w of that common grid (so n can differ
+  between pairs);
+- ``"cls"``: the class token (ViTs with one, both layers); n = samples.
+
+Block cosine (where layers correspond one to one: same count and same output shapes, e.g. FAR
+against its teacher) is the cosine between the two block outputs per token, averaged over tokens
+(prefix tokens included), per sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+
+__all__ = ["Estimator", "Pooling", "POOLINGS", "ESTIMATORS", "linear_cka", "hsic", "cka_matrix",
+           "LayerFeatures", "layer_features", "pooled_examples", "common_grid", "layer_cka", "block_cosine"]
+
+Estimator = Literal["debiased", "biased"]
+Pooling = Literal["mean", "token", "cls"]
+ESTIMATORS: tuple[str, ...] = ("debiased", "biased")
+POOLINGS: tuple[str, ...] = ("mean", "token", "cls")
+
+
+def _as64(x: torch.Tensor | np.ndarray) -> torch.Tensor:
+    t = torch.as_tensor(x)
+    if t.ndim != 2:
+        raise ValueError(f"CKA features must be (n, d), got shape {tuple(t.shape)}")
+    if not torch.isfinite(t).all():
+        raise ValueError("CKA features contain NaN or inf")
+    return t.to(torch.float64)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """Centred float64 features with what every HSIC of them needs."""
+
+    x: torch.Tensor  # (n, d) column-centred
+    rows: torch.Tensor  # (n,) ‖x_i‖²
+    total: float  # ‖X‖²_F
+    self_hsic: dict[str, float]  # estimator -> HSIC(K, K) (scaled as in _hsic)
+
+
+def _prepare(x: torch.Tensor | np.ndarray) -> _Prepared:
+    x = _as64(x)
+    x = x - x.mean(0, keepdim=True)
+    rows = (x * x).sum(1)
+    gram = x.T @ x  # (d, d)
+    xtx = float((gram * gram).sum())
+    p = _Prepared(x, rows, float(rows.sum()), {})
+    for est in ESTIMATORS:
+        p.self_hsic[est] = _hsic(xtx, p, p, est)
+    return p
+
+
+def _hsic(xty_sq: float, a: _Prepared, b: _Prepared, estimator: str) -> float:
+    """HSIC from ‖XᵀY‖²_F of centred features: biased ``‖XᵀY‖²``, debiased ``n(n−3)·HSIC_u`` (module docstring)."""
+    n = a.x.shape[0]
+    if estimator == "biased":
+        return xty_sq
+    if estimator != "debiased":
+        raise ValueError(f"estimator must be 'debiased' or 'biased', got {estimator!r}")
+    if n < 4:  # the estimator divides by n − 3 and n − 2
+        return float("nan")
+    return xty_sq - n / (n - 2) * float(a.rows @ b.rows) + a.total * b.total / ((n - 1) * (n - 2))
+
+
+def _check_n(n: int, estimator: str) -> None:
+    if estimator == "debiased" and n < 4:
+        raise ValueError(f"debiased HSIC needs at least 4 examples, got {n}")
+
+
+def _cka(a: _Prepared, b: _Prepared, estimator: str) -> float:
+    if a.x.shape[0] != b.x.shape[0]:
+        raise ValueError(f"CKA needs the same examples in both: {a.x.shape[0]} vs {b.x.shape[0]} rows")
+    xty = a.x.T @ b.x.to(a.x.device)  # (d1, d2)
+    num = _hsic(float((xty * xty).sum()), a, b, estimator)
+    den = a.self_hsic[estimator] * b.self_hsic[estimator]
+    return num / np.sqrt(den) if den > 0 else float("nan")
+
+
+def hsic(x: torch.Tensor | np.ndarray, y: torch.Tensor | np.ndarray, *, estimator: Estimator = "debiased") -> float:
+    """HSIC of linear kernels: biased ``tr(KHLH)/(n−1)²`` or the unbiased estimator of Song et al. 2012.
+
+    Args:
+        x: features ``(n, d1)``.
+        y: features ``(n, d2)`` of the same n examples.
+        estimator: ``"debiased"`` or ``"biased"``.
+    """
+    a, b = _prepare(x), _prepare(y)
+    n = a.x.shape[0]
+    _check_n(n, estimator)
+    if b.x.shape[0] != n:
+        raise ValueError(f"HSIC needs the same examples in both: {n} vs {b.x.shape[0]} rows")
+    xty = a.x.T @ b.x
+    raw = _hsic(float((xty * xty).sum()), a, b, estimator)
+    return raw / (n - 1) ** 2 if estimator == "biased" else raw / (n * (n - 3))
+
+
+def linear_cka(x: torch.Tensor | np.ndarray, y: torch.Tensor | np.ndarray, *,
+               estimator: Estimator = "debiased") -> float:
+    """Linear CKA of two feature sets of the same n examples, in float64 (module docstring).
+
+    Args:
+        x: ``(n, d1)``.
+        y: ``(n, d2)``.
+        estimator: ``"debiased"`` (Nguyen et al. 2021) or ``"biased"`` (Kornblith et al. 2019).
+
+    Returns:
+        CKA in [0, 1] (debiased: may be slightly below 0); NaN if a self-HSIC is not positive
+        (constant features, or a debiased estimate at tiny n).
+
+    Raises:
+        ValueError: different numbers of examples, non-finite values, or fewer than 4 examples for
+            the debiased estimator.
+    """
+    a, b = _prepare(x), _prepare(y)
+    _check_n(a.x.shape[0], estimator)
+    return _cka(a, b, estimator)
+
+
+def cka_matrix(xs: Sequence[torch.Tensor | np.ndarray], ys: Sequence[torch.Tensor | np.ndarray], *,
+               estimators: Sequence[str] = ESTIMATORS) -> np.ndarray:
+    """CKA of every pair ``(xs[i], ys[j])``, ``(len(estimators), len(xs), len(ys))`` float64.
+
+    Each feature set is centred once; the cross term ``XᵀY`` is computed once per pair for all estimators.
+    """
+    px, py = [_prepare(x) for x in xs], [_prepare(y) for y in ys]
+    out = np.full((len(estimators), len(px), len(py)), np.nan)
+    for i, a in enumerate(px):
+        for j, b in enumerate(py):
+            for e, est in enumerate(estimators):
+                out[e, i, j] = _cka(a, b, est)
+    return out
+
+
+# ------------------------------------------------------------------------------------ layer features
+@dataclass(frozen=True)
+class LayerFeatures:
+    """One layer's output, arranged for CKA.
+
+    Attributes:
+        name: the hook point it came from, e.g. ``blocks.3.hook_resid_post``.
+        grid: ``(B, h, w, D)`` the spatial tokens on their grid, or None when the token layout is
+            unknown (then only ``"mean"`` over ``tokens`` applies).
+        prefix: ``(B, P, D)`` prefix tokens (ViT CLS/dist/registers), ``P = 0`` if none.
+        cls_index: position of the class token within ``prefix``, or None.
+        tokens: ``(B, T, D)`` every token in the model's order (for block cosine).
+    """
+
+    name: str
+    grid: torch.Tensor | None
+    prefix: torch.Tensor
+    cls_index: int | None
+    tokens: torch.Tensor
+
+
+def layer_features(name: str, value: torch.Tensor, *, layout: Literal["tokens", "channels_last", "channels_first"],
+                   grid: tuple[int, int] | None = None, prefix_kinds: Sequence[str] = ()) -> LayerFeatures:
+    """Arrange one hook value as :class:`LayerFeatures`.
+
+    Args:
+        name: hook point name.
+        value: ``(B, T, D)`` (``layout="tokens"``, a ViT's ``[prefix…, patches…]`` sequence),
+            ``(B, H, W, C)`` (``"channels_last"``, Swin) or ``(B, C, H, W)`` (``"channels_first"``, CNN stage).
+        layout: how ``value`` is laid out.
+        grid: the patch grid ``(gh, gw)`` of a token sequence (None: unknown).
+        prefix_kinds: kinds of the prefix tokens of a token sequence, e.g. ``("cls",)``.
+    """
+    if layout == "channels_first":
+        value = rearrange(value, "b c h w -> b h w c")
+        layout = "channels_last"
+    if layout == "channels_last":
+        if value.ndim != 4:
+            raise ValueError(f"{name}: expected (B, H, W, C), got {tuple(value.shape)}")
+        b, h, w, d = value.shape
+        return LayerFeatures(name, value, value.new_zeros(b, 0, d), None, rearrange(value, "b h w d -> b (h w) d"))
+    if layout != "tokens" or value.ndim != 3:
+        raise ValueError(f"{name}: expected a (B, T, D) token sequence for layout={layout!r}, got {tuple(value.shape)}")
+    b, t, d = value.shape
+    p = len(prefix_kinds)
+    cls = list(prefix_kinds).index("cls") if "cls" in prefix_kinds else None
+    if grid is None or p + grid[0] * grid[1] != t:
+        return LayerFeatures(name, None, value.new_zeros(b, 0, d), None, value)
+    patches = rearrange(value[:, p:], "b (h w) d -> b h w d", h=grid[0], w=grid[1])
+    return LayerFeatures(name, patches, value[:, :p], cls, value)
+
+
+def common_grid(a: LayerFeatures, b: LayerFeatures) -> tuple[int, int] | None:
+    """The grid both layers are pooled to for per-token CKA: ``(min h, min w)``; None if a grid is unknown."""
+    if a.grid is None or b.grid is None:
+        return None
+    return min(a.grid.shape[1], b.grid.shape[1]), min(a.grid.shape[2], b.grid.shape[2])
+
+
+def pooled_examples(f: LayerFeatures, pooling: Pooling, grid: tuple[int, int] | None = None) -> torch.Tensor | None:
+    """The ``(n, D)`` examples of one pooling (module docstring); None where it does not apply.
+
+    Args:
+        f: the layer.
+        pooling: ``"mean"``, ``"token"`` (needs ``grid``) or ``"cls"``.
+        grid: target grid ``(h, w)`` of ``"token"`` (see :func:`common_grid`).
+    """
+    if pooling == "mean":
+        return (f.grid.mean((1, 2)) if f.grid is not None else f.tokens.mean(1))  # (B, D)
+    if pooling == "cls":
+        return None if f.cls_index is None else f.prefix[:, f.cls_index]
+    if pooling != "token":
+        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+    if f.grid is None or grid is None:
+        return None
+    g = f.grid
+    if tuple(g.shape[1:3]) != tuple(grid):
+        # (B, h, w, D) -> (B, D, h, w) -> area-average to the common grid -> back
+        g = rearrange(F.adaptive_avg_pool2d(rearrange(g, "b h w d -> b d h w").double(), grid), "b d h w -> b h w d")
+    return rearrange(g, "b h w d -> (b h w) d")
+
+
+def layer_cka(teacher: Sequence[LayerFeatures], student: Sequence[LayerFeatures], pooling: Pooling, *,
+              estimators: Sequence[str] = ESTIMATORS) -> np.ndarray:
+    """CKA of every (teacher layer, student layer) pair under one pooling, ``(len(estimators), L_t, L_s)``.
+
+    NaN where the pooling does not apply to the pair (no CLS token, unknown grid) and for the
+    debiased estimator with fewer than 4 examples. Each layer's
+    examples are pooled and centred once per target grid.
+    """
+    cache: dict[tuple[str, int, tuple[int, int] | None], _Prepared | None] = {}
+
+    def prepared(side: str, i: int, f: LayerFeatures, grid: tuple[int, int] | None) -> _Prepared | None:
+        key = (side, i, grid)
+        if key not in cache:
+            ex = pooled_examples(f, pooling, grid)
+            cache[key] = None if ex is None else _prepare(ex)
+        return cache[key]
+
+    out = np.full((len(estimators), len(teacher), len(student)), np.nan)
+    for i, a in enumerate(teacher):
+        for j, b in enumerate(student):
+            grid = common_grid(a, b) if pooling == "token" else None
+            pa, pb = prepared("t", i, a, grid), prepared("s", j, b, grid)
+            if pa is None or pb is None:
+                continue
+            for e, est in enumerate(estimators):
+                out[e, i, j] = _cka(pa, pb, est)
+    return out
+
+
+def block_cosine(teacher: Sequence[LayerFeatures], student: Sequence[LayerFeatures]) -> np.ndarray | None:
+    """Per-sample mean over tokens of the cosine between corresponding block outputs, ``(B, L)`` float64.
+
+    Returns None unless the layers correspond one to one (same count, same output shapes).
+    """
+    if len(teacher) != len(student) or any(a.tokens.shape != b.tokens.shape for a, b in zip(teacher, student)):
+        return None
+    cols = [F.cosine_similarity(a.tokens.double(), b.tokens.double().to(a.tokens.device), dim=-1).mean(1)
+            for a, b in zip(teacher, student)]  # each (B,)
+    return torch.stack(cols, 1).cpu().numpy()
