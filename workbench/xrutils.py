@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["pad_stack", "layer_config"]
+__all__ = ["pad_stack", "layer_config", "rows_to_dataset", "dataset_rows"]
 
 
 def pad_stack(arrays: Sequence[np.ndarray], axis: int) -> np.ndarray:
@@ -27,3 +27,33 @@ def layer_config(layers: int | Sequence[int] | None) -> list[int] | int | None:
     if layers is None or isinstance(layers, (int, np.integer)):
         return None if layers is None else int(layers)
     return [int(i) for i in layers]
+
+
+def rows_to_dataset(rows: Sequence[dict], dim: str = "row") -> "xr.Dataset":
+    """A table (one dict per row) as a Dataset with one variable per column along ``dim``; None -> NaN / ""."""
+    import xarray as xr
+
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    data = {}
+    for c in cols:
+        vals = [r.get(c) for r in rows]
+        if all(v is None or isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in vals):
+            data[c] = (dim, np.array([np.nan if v is None else float(v) for v in vals]))
+        else:
+            data[c] = (dim, np.array(["" if v is None else str(v) for v in vals], dtype=object))
+    return xr.Dataset(data, coords={dim: np.arange(len(rows))})
+
+
+def dataset_rows(ds: "xr.Dataset", dim: str = "row") -> list[dict]:
+    """The inverse of :func:`rows_to_dataset`: one dict per row, NaN and "" back to None."""
+    out = []
+    for i in range(ds.sizes[dim]):
+        row = {}
+        for name, var in ds.data_vars.items():
+            if var.dims != (dim,):
+                continue
+            v = var.values[i]
+            v = v.item() if hasattr(v, "item") else v
+            row[name] = None if (isinstance(v, float) and np.isnan(v)) or v == "" else v
+        out.append(row)
+    return out

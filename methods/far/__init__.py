@@ -63,8 +63,10 @@ from .hoyer import (
     shrink,
     unit_group_norms,
 )
+from .latency import onnx_latency_ms, torch_latency_ms, uniform_keep_masks
 from .losses import SCHEDULES, FARLoss, similarity_loss
 from .models import far_config, far_vit
+from .paper import PAPER_TABLE1_IMAGENET, PAPER_TABLE3, PAPER_UNIFORM_KEEP
 from .lstm import DIRECTIONS, MultiHeadBiLSTM
 from .replace import (
     block_outputs,
@@ -79,7 +81,8 @@ from .replace import (
 )
 
 __all__ = [
-    "CONVENTIONS", "DIRECTIONS", "FAR_VARIANTS", "PAPER_TABLE2", "SCHEDULES",
+    "CONVENTIONS", "DIRECTIONS", "FAR_VARIANTS", "PAPER_TABLE1_IMAGENET", "PAPER_TABLE2", "PAPER_TABLE3",
+    "PAPER_UNIFORM_KEEP", "SCHEDULES", "onnx_latency_ms", "torch_latency_ms", "uniform_keep_masks",
     "DistillConfig", "FARConfig", "FARLoss", "FARVariant", "FinetuneConfig", "Grouping", "MultiHeadBiLSTM",
     "PruneConfig", "Schedule", "SimInput", "Table2Row",
     "apply_masks", "far_config", "far_vit", "attention_macs", "bilstm_head_adjoint", "block_outputs", "capture_block_outputs", "check_vit", "count_flops",

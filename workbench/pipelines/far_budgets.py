@@ -33,6 +33,9 @@ class FARBudget:
     far: FARConfig = FARConfig()  # substitute architecture and initialisation (§3.2)
     ablation: Optional[tuple[TrainConfig, TrainConfig]] = None  # (distill, finetune) of the Table 3 runs; None = the main ones
     scratch_lr: Optional[float] = None  # learning rate of the "scratch" (TFS) schedule, which trains a whole ViT; None = distill's
+    table2_variants: tuple[str, ...] = ("tiny", "small", "base")  # real-size DeiT/FAR sizes timed for Table 2
+    table2_sizes: tuple[int, ...] = (224, 384)  # input resolutions of Table 2
+    table2_repeats: int = 3  # latency: median of this many runs (after the MAC count's own forward)
 
 
 def _tc(epochs: int, lr: float, **kw) -> TrainConfig:
@@ -80,7 +83,7 @@ BUDGETS: dict[str, FARBudget] = {
         distill=_tc(1, 2e-3, progress=False), finetune=_tc(1, 3e-4, progress=False),
         regularise=_tc(1, 1e-3, progress=False), masked_finetune=_tc(1, 3e-4, progress=False),
         hoyer_weight=1e-2, threshold=1.98,  # group norms are ~1.8-2.15 after 4 updates: prunes about half
-        far=FARConfig(out_init="zero"),
+        far=FARConfig(out_init="zero"), table2_variants=("tiny",), table2_sizes=(224,), table2_repeats=1,
     ),
     "paper": FARBudget(
         distill=TrainConfig(epochs=200, batch_size=256, lr=5e-4, weight_decay=0.05, warmup_epochs=5, warmup_lr=1e-5, amp=True),
