@@ -91,22 +91,44 @@ DEMO_MEAN = (0.1307,)  # the customary MNIST statistics, close to MNIST-5k's own
 DEMO_STD = (0.3081,)
 
 
+def demo_pixels(images: np.ndarray, input_size: tuple[int, int, int]) -> np.ndarray:
+    """Demo digits ``(N, 28, 28)`` uint8 at a 1-channel model's input size: centred on a black border.
+
+    A model whose ``pretrained_cfg["input_size"]`` is ``(1, H, W)`` with ``H, W >= 28`` sees the digits at
+    their own scale, padded with black (e.g. ``swin_demo``: 32 x 32, so that patch 2 and window 4 tile the
+    token grid into 4 x 4 windows). The training set and image specs use this same function.
+
+    Raises:
+        DataError: a model that is not 1-channel or smaller than 28 x 28 (the demo set cannot train it).
+    """
+    c, h, w = input_size
+    if c != 1 or h < DEMO_IMG_SIZE or w < DEMO_IMG_SIZE:
+        raise DataError(f"the demo set is 28 x 28 grey digits; a model with input size {tuple(input_size)} cannot "
+                        "train on it (it needs 1 channel and at least 28 x 28): pass --data ROOT (an ImageFolder)")
+    top, left = (h - DEMO_IMG_SIZE) // 2, (w - DEMO_IMG_SIZE) // 2
+    out = np.zeros((len(images), h, w), dtype=np.uint8)
+    out[:, top: top + DEMO_IMG_SIZE, left: left + DEMO_IMG_SIZE] = images
+    return out
+
+
 class DemoDataset(Dataset):
-    """One split of the demo set as normalised tensors ``(1, 28, 28)``.
+    """One split of the demo set as normalised tensors ``(1, H, W)`` (28 x 28 unless the model needs more).
 
     Training batches get the small affine jitter that is customary for digits (a random
     resized crop, timm's default, would cut digits apart), applied per batch in
     :meth:`collate_fn`. The jitter draws from torch's global generator, which the training loop
-    reseeds every epoch, so an interrupted run resumes exactly.
+    reseeds every epoch, so an interrupted run resumes exactly. ``input_size`` larger than 28 x 28
+    pads the digits with black (:func:`demo_pixels`).
     """
 
-    def __init__(self, split: Literal["train", "val"], *, train_transform: bool = False, limit: int | None = None):
+    def __init__(self, split: Literal["train", "val"], *, train_transform: bool = False, limit: int | None = None,
+                 input_size: tuple[int, int, int] = (1, DEMO_IMG_SIZE, DEMO_IMG_SIZE)):
         x, y = _demo_arrays()
         idx = demo_split_indices(split)
         if limit is not None:
             idx = _stratified_head(idx, y, limit)
         self.indices = idx
-        self.images = torch.from_numpy(x[idx]).unsqueeze(1)  # (N, 1, 28, 28) uint8
+        self.images = torch.from_numpy(demo_pixels(x[idx], tuple(input_size))).unsqueeze(1)  # (N, 1, H, W) uint8
         self.targets = torch.from_numpy(y[idx])
         self.train_transform = train_transform
         self.name = f"demo:{split}"
@@ -115,12 +137,12 @@ class DemoDataset(Dataset):
         return len(self.indices)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        img = self.images[i].float() / 255.0  # (1, 28, 28) in [0, 1]
+        img = self.images[i].float() / 255.0  # (1, H, W) in [0, 1]
         return (img - DEMO_MEAN[0]) / DEMO_STD[0], int(self.targets[i])
 
     def collate_fn(self, batch: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Stack a batch; training batches get the jitter in one batched affine warp."""
-        images = torch.stack([b[0] for b in batch])  # (B, 1, 28, 28)
+        images = torch.stack([b[0] for b in batch])  # (B, 1, H, W)
         targets = torch.tensor([b[1] for b in batch])
         if self.train_transform:
             background = -DEMO_MEAN[0] / DEMO_STD[0]  # a black pixel after normalisation
@@ -258,7 +280,10 @@ def load_images(
             raise DataError(f"unknown demo split {split!r} in {spec!r}; use demo:train or demo:val")
         x, y = _demo_arrays()
         idx = demo_split_indices(split)[_parse_slice(sl, len(demo_split_indices(split)))]
-        raw = x[idx].astype(np.float32) / 255.0  # (B, 28, 28)
+        if c == 1 and h >= DEMO_IMG_SIZE and w >= DEMO_IMG_SIZE:  # exactly what DemoDataset feeds the model
+            raw = demo_pixels(x[idx], (c, h, w)).astype(np.float32) / 255.0  # (B, H, W)
+        else:  # e.g. digits shown to an RGB 224 x 224 model: resized
+            raw = x[idx].astype(np.float32) / 255.0  # (B, 28, 28)
         labels, dataset, indices = y[idx], f"demo:{split}", idx
     elif base.startswith("skimage:"):
         names = [n for n in base.partition(":")[2].split(",") if n]

@@ -33,14 +33,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
 
-from methods.slimswin import SlimSwinConfig, add_gates, check_swin, prunable_layers, swin_layers
+from methods.slimswin import SlimSwinConfig, add_gates, check_swin, pairs_to_prune, prunable_layers, swin_layers
 from methods.train import resolve_device
 from workbench.models import create_model, load_model, read_state_dict, register_builder
 from workbench.pipelines._slimswin_run import prune_and_finetune
@@ -190,11 +189,11 @@ def _pairs_to_prune(cfg: SlimSwinConfig, arch: nn.Module) -> int:
         ValueError: that is more than the prunable pairs (``step_pairs`` too large for the ratio).
     """
     total = sum(swin_layers(arch)[l].num_pairs for l in prunable_layers(arch, cfg.exclude))
-    pairs = math.ceil(math.ceil(cfg.target_ratio * total - 1e-9) / cfg.step_pairs) * cfg.step_pairs
-    if pairs > total:
-        raise ValueError(f"--step-pairs {cfg.step_pairs} overshoots: reaching ratio {cfg.target_ratio} would prune "
-                         f"{pairs} pairs, more than the {total} prunable ones; use a smaller --step-pairs")
-    return pairs
+    try:
+        return pairs_to_prune(total, cfg.target_ratio, cfg.step_pairs)
+    except ValueError:
+        raise ValueError(f"--step-pairs {cfg.step_pairs} overshoots: reaching ratio {cfg.target_ratio:.4g} would prune "
+                         f"more than the {total} prunable pairs; use a smaller --step-pairs") from None
 
 
 def run_slimswin(

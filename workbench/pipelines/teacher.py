@@ -22,7 +22,9 @@ def datasets(profile: str, data: str | None = None, input_size=(1, 28, 28), mean
     if data is None:
         if profile == "paper":
             raise ValueError("the paper profile trains on your data: pass --data PATH (an ImageFolder with train/ and val/)")
-        return DemoDataset("train", train_transform=True, limit=prof.train_limit), DemoDataset("val", limit=prof.val_limit)
+        size = tuple(input_size)  # digits padded to the model's input size (DemoDataset)
+        return (DemoDataset("train", train_transform=True, limit=prof.train_limit, input_size=size),
+                DemoDataset("val", limit=prof.val_limit, input_size=size))
     root = Path(data).expanduser()
     kw = dict(input_size=input_size, mean=mean, std=std)
     return image_folder(root / "train", is_training=True, **kw), image_folder(root / "val", is_training=False, **kw)
