@@ -1,10 +1,11 @@
 """SlimSwin figures and tables (Eryilmaz & Akturk, papers/004), on the demo Swin and at real size.
 
-The demo Swin (28 x 28 digits, patch 2, window 7, depths (2, 2)) has 2 x 2 windows in stage 0 and a
-single window in stage 1, its last stage, which SlimSwin never prunes (§V-A): its 16 prunable pairs
-are 2 layers x 4 windows x 2 heads. The sweep behind Figs. 2, 4, 6, 7 and Table I runs
-:func:`workbench.pipelines.slimswin.run_sweep` (r = 0.33, 0.44, 0.55, 0.67, each run continuing the
-previous one's iterations). MAC counts at real size (Fig. 1, Table I) need no weights.
+The demo Swin (``swin_demo``: digits padded to 32 x 32, patch 2, window 4, depths (2, 2, 2), heads
+(3, 6, 12)) has 16 windows in stage 0, 4 in stage 1 and a single window in its last stage, which SlimSwin
+never prunes (§V-A): its 144 prunable pairs are 2 layers x 16 windows x 3 heads + 2 layers x 4 windows x 6
+heads. The sweep behind Figs. 2, 4, 6, 7 and Table I runs :func:`workbench.pipelines.slimswin.run_sweep`
+(r = 1/3, 4/9, 5/9, 2/3, each run continuing the previous one's iterations). MAC counts at real size
+(Fig. 1, Table I) need no weights.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def _mask_analyses(ctx: Context) -> dict[float, xr.Dataset]:
 
 
 # ------------------------------------------------------------------------------ preparation steps
-@step("slimswin", after=("teacher-swin",), cost=100)  # the sweep r = 0.33 ... 0.67
+@step("slimswin", after=("teacher-swin",), cost=100)  # the sweep r = 1/3 ... 2/3
 def train_sweep(ctx: Context):
     _sweep(ctx)
 
@@ -73,12 +74,13 @@ def fig1(ctx: Context):
 
 
 @figure(
-    "slimswin.fig2", paper=PAPER, needs=("teacher-swin", "slimswin runs r=0.33..0.67", "window_saliency"),
+    "slimswin.fig2", paper=PAPER, needs=("teacher-swin", "slimswin runs r=1/3..2/3", "window_saliency"),
     steps=("slimswin.masks",),
     caption="Gate masks of the demo Swin after SlimSwin pruning (the paper's Figs. 2-3 recast as data): for each "
             "global ratio r (rows) and each prunable layer and head (columns), the windows whose pair is kept (blue) "
             "or pruned (grey), drawn over a held-out digit at pixel scale with the window borders in white; SW marks "
-            "the shifted-window layer, whose windows wrap around the image. Stage 1 (one window) is never pruned.",
+            "the shifted-window layers, whose windows wrap around the image. The last stage (one window) is never "
+            "pruned.",
 )
 def fig2(ctx: Context):
     from workbench.plots.slimswin import plot_gate_masks
@@ -86,7 +88,7 @@ def fig2(ctx: Context):
     analyses = _mask_analyses(ctx)
     first = next(iter(analyses.values()))
     image = first["image"].isel(sample=0).values
-    fig = plot_gate_masks({f"r = {r:.2f}": ds for r, ds in analyses.items()}, image=image)
+    fig = plot_gate_masks({f"r = {_ratio_label(r)}": ds for r, ds in analyses.items()}, image=image)
     fig.suptitle(f"SlimSwin gate masks of the demo Swin (profile {ctx.profile.name})")
     return fig
 
@@ -118,10 +120,10 @@ def _accuracy(ctx: Context) -> xr.Dataset:
 
 
 @figure(
-    "slimswin.fig4", paper=PAPER, needs=("teacher-swin", "slimswin runs r=0.33..0.67"), steps=("slimswin",),
+    "slimswin.fig4", paper=PAPER, needs=("teacher-swin", "slimswin runs r=1/3..2/3"), steps=("slimswin",),
     caption="Held-out top-1 accuracy of the demo Swin pruned by SlimSwin against the achieved global ratio of pruned "
-            "window-head pairs (requested r = 0.33, 0.44, 0.55, 0.67 above each point; the demo has 16 prunable pairs, "
-            "so the achieved ratios are multiples of 1/16), after the iterative phase alone and after the final "
+            "window-head pairs (r = 1/3, 4/9, 5/9, 2/3 above each point, reached exactly: 48 / 64 / 80 / 96 of the demo's "
+            "144 prunable pairs at 8 pairs per iteration), after the iterative phase alone and after the final "
             "fine-tune, with the unpruned teacher dotted (the paper's Fig. 4 for Swin-T on ImageNet).",
 )
 def fig4(ctx: Context):
@@ -135,22 +137,22 @@ def _layer_ratio_figure(ctx: Context, ratio: float):
     from workbench.plots.slimswin import plot_layer_ratio
 
     ds = layer_ratio(_mask_analyses(ctx))
-    return plot_layer_ratio(ds, ratio, title=f"Layer-wise pruning ratios of the demo Swin (r ≈ {ratio:.2f})")
+    return plot_layer_ratio(ds, ratio, title=f"Layer-wise pruning ratios of the demo Swin (r = {_ratio_label(ratio)})")
 
 
-_LAYER_CAPTION = ("Layer-wise pruning ratios of the demo Swin at global ratio r ≈ {r} (the paper's Fig. {n}): the pruned "
+_LAYER_CAPTION = ("Layer-wise pruning ratios of the demo Swin at global ratio r = {r} (the paper's Fig. {n}, r ≈ {r_printed}): the pruned "
                   "share of each layer's window-head pairs that the global saliency ranking produced; numbers are pruned / "
                   "all pairs; the last stage (single window) is not pruned.")
 
 
-@figure("slimswin.fig6", paper=PAPER, needs=("slimswin runs", "window_saliency"), steps=("slimswin.masks",), caption=_LAYER_CAPTION.format(r=0.33, n=6))
+@figure("slimswin.fig6", paper=PAPER, needs=("slimswin runs", "window_saliency"), steps=("slimswin.masks",), caption=_LAYER_CAPTION.format(r="1/3", n=6, r_printed=0.33))
 def fig6(ctx: Context):
-    return _layer_ratio_figure(ctx, 0.33)
+    return _layer_ratio_figure(ctx, 1 / 3)
 
 
-@figure("slimswin.fig7", paper=PAPER, needs=("slimswin runs", "window_saliency"), steps=("slimswin.masks",), caption=_LAYER_CAPTION.format(r=0.67, n=7))
+@figure("slimswin.fig7", paper=PAPER, needs=("slimswin runs", "window_saliency"), steps=("slimswin.masks",), caption=_LAYER_CAPTION.format(r="2/3", n=7, r_printed=0.67))
 def fig7(ctx: Context):
-    return _layer_ratio_figure(ctx, 0.67)
+    return _layer_ratio_figure(ctx, 2 / 3)
 
 
 def _ratio_label(r: float) -> str:
