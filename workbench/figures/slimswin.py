@@ -37,7 +37,7 @@ def _mask_analyses(ctx: Context) -> dict[float, xr.Dataset]:
 
 
 # ------------------------------------------------------------------------------ preparation steps
-@step("slimswin", after=("teacher-swin",), cost=100)  # the sweep r = 1/3 ... 2/3
+@step("slimswin", after=("teacher-swin",), cost=130)  # the sweep r = 1/3 ... 2/3
 def train_sweep(ctx: Context):
     _sweep(ctx)
 
@@ -77,19 +77,19 @@ def fig1(ctx: Context):
     "slimswin.fig2", paper=PAPER, needs=("teacher-swin", "slimswin runs r=1/3..2/3", "window_saliency"),
     steps=("slimswin.masks",),
     caption="Gate masks of the demo Swin after SlimSwin pruning (the paper's Figs. 2-3 recast as data): for each "
-            "global ratio r (rows) and each prunable layer and head (columns), the windows whose pair is kept (blue) "
-            "or pruned (grey), drawn over a held-out digit at pixel scale with the window borders in white; SW marks "
-            "the shifted-window layers, whose windows wrap around the image. The last stage (one window) is never "
-            "pruned.",
+            "global ratio r (rows) and each prunable layer (columns), the number of heads every window keeps (the "
+            "colour: share of the layer's heads), drawn at pixel scale with the window borders in grey and the outline "
+            "of a held-out digit; SW marks the shifted-window layers, whose windows wrap around the image. The last "
+            "stage (one window) is never pruned. Which heads: plot_gate_masks in notebooks/05_slimswin.ipynb.",
 )
 def fig2(ctx: Context):
-    from workbench.plots.slimswin import plot_gate_masks
+    from workbench.plots.slimswin import plot_kept_heads
 
     analyses = _mask_analyses(ctx)
     first = next(iter(analyses.values()))
     image = first["image"].isel(sample=0).values
-    fig = plot_gate_masks({f"r = {_ratio_label(r)}": ds for r, ds in analyses.items()}, image=image)
-    fig.suptitle(f"SlimSwin gate masks of the demo Swin (profile {ctx.profile.name})")
+    fig = plot_kept_heads({f"r = {_ratio_label(r)}": ds for r, ds in analyses.items()}, image=image)
+    fig.suptitle(f"Heads kept per window by SlimSwin in the demo Swin (profile {ctx.profile.name})")
     return fig
 
 
