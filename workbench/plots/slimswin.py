@@ -260,7 +260,7 @@ def plot_kept_heads(masks: Mapping[str, xr.Dataset], *, layers: Sequence[int] | 
             borders.set_color("0.6")
             a.add_collection(borders)
             n_heads = g.sizes["head"]
-            _label_windows(a, kept, kept.values, "{:.0f}", color=lambda v: "white" if v / n_heads > 0.6 else "0.15")
+            _label_windows(a, kept, kept.values, "{:.0f}", color=lambda v, n=n_heads: "white" if v / n > 0.6 else "0.15")
             sel = masks[lab]["layer"].values == l
             n_kept, n_all = int(masks[lab]["mask"].values[sel].sum()), int(sel.sum())
             a.set_title(f"layer {l}{' (SW)' if g.attrs['shifted'] else ''}: {n_kept}/{n_all} kept", fontsize="small")
