@@ -14,7 +14,10 @@ from typing import Callable, Sequence
 
 EXAMPLES = {
     "info": "workbench info",
-    "train": "workbench train teacher --arch vit --profile demo\n  workbench train teacher --arch swin --profile smoke --force",
+    "train": ("workbench train teacher --arch vit --profile demo\n  workbench train teacher --arch swin --profile smoke --force\n"
+              "  torchrun --nproc_per_node 8 -m workbench.cli train teacher --arch vit --profile paper --data ~/imagenet\n"
+              "  workbench train teacher --arch swin --model swin-b --profile paper --data ~/imagenet "
+              "--checkpoint swin_b.safetensors --epochs 0"),
     "analyze": (
         "workbench analyze attention --model teacher-vit-demo --images 'demo:val[:8]' --out stores/vit.nc\n"
         "  workbench analyze attention --model deit_tiny_patch16_224 --checkpoint deit_tiny.safetensors "
@@ -46,11 +49,15 @@ def _parser() -> argparse.ArgumentParser:
 
     t = add("train", "Train a demo teacher (or any timm model on --data) as a run.")
     t.add_argument("what", choices=["teacher"], help="what to train")
-    t.add_argument("--arch", required=True, choices=["vit", "swin", "cnn"], help="which demo teacher")
-    t.add_argument("--model", default=None, help="a timm architecture instead of the demo teacher (with --data)")
+    t.add_argument("--arch", required=True, choices=["vit", "swin", "cnn"],
+                   help="model family: the demo teacher, or under --profile paper DeiT-S / Swin-T / ResNet-50")
+    t.add_argument("--model", default=None, help="another timm name, or deit-t, deit-s, deit-b, swin-t, swin-b, resnet50")
     t.add_argument("--data", default=None, help="ImageFolder root with train/ and val/ (required by --profile paper)")
+    t.add_argument("--checkpoint", default=None, help="pretrained weights to start from (.safetensors, .pt, .pth)")
     _common(t)
-    t.add_argument("--epochs", type=int, default=None, help="override the profile's epoch count")
+    t.add_argument("--epochs", type=int, default=None,
+                   help="override the profile's epoch count (0 with --checkpoint: record the weights as the teacher)")
+    t.add_argument("--batch-size", type=int, default=None, help="override the batch size (paper: lr = 5e-4 x batch / 512)")
 
     a = add("analyze", "Run an analysis extractor on a model and images; write an xarray store.")
     a.add_argument("kind", help="analysis name: attention, window-attention, dependency, retention, window-saliency, ...")
@@ -130,7 +137,7 @@ def cmd_train(args) -> int:
     from workbench.pipelines.teacher import train_teacher
 
     run = train_teacher(args.arch, args.profile, force=args.force, device=args.device, data=args.data,
-                        model_name=args.model, epochs=args.epochs)
+                        model_name=args.model, epochs=args.epochs, batch_size=args.batch_size, checkpoint=args.checkpoint)
     print(f"run: {run.dir}")
     return 0
 

@@ -21,7 +21,7 @@ def train_vit(ctx: Context):
     ctx.teacher("vit")
 
 
-@step("teacher-swin", cost=215)
+@step("teacher-swin", cost=180)
 def train_swin(ctx: Context):
     ctx.teacher("swin")
 

@@ -1,35 +1,91 @@
-"""Train a teacher: the demo teachers on the demo set, or any timm model on an ImageFolder."""
+"""Train a teacher: the demo teachers on the demo set, or the papers' backbones (any timm model) on an ImageFolder.
+
+Under the ``paper`` profile a teacher is the paper's backbone by timm name (``--arch vit`` ->
+``deit_small_patch16_224``, ``swin`` -> ``swin_tiny_patch4_window7_224``, ``cnn`` -> ``resnet50``;
+``--model deit-t|deit-b|swin-b|NAME`` for others) at its own resolution, trained with the DeiT recipe
+(:data:`workbench.profiles.PROFILES`): timm's RandAugment and random erasing in the transform, timm's
+``Mixup`` (mixup / cutmix, label smoothing) as ``fit``'s batch transform with a soft-target cross-entropy,
+timm's ``RepeatAugSampler``, AdamW with the lr scaled by batch / 512, DataLoader workers.
+
+Pretrained weights (``--checkpoint FILE``; nothing is downloaded) initialise the model; the classifier is
+re-initialised when the checkpoint's has another number of classes. With ``--epochs 0`` the checkpoint is
+recorded as the teacher run as it is (evaluated on ``val/``, not trained): the usual way to give the
+methods an ImageNet teacher. Otherwise the recipe fine-tunes from it for the given epochs.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from torch.utils.data import Dataset
 
 from methods.teachers import DEMO_TEACHERS
-from methods.train import TrainConfig, fit
-from workbench.data import DemoDataset, image_folder
-from workbench.models import create_model
-from workbench.profiles import get_profile
+from methods.train import TrainConfig, fit, mixup_cutmix, repeated_augmentation, soft_target_cross_entropy
+from workbench.data import DemoDataset, image_folder, scan_image_folder
+from workbench.models import create_model, load_weights, read_state_dict
+from workbench.profiles import Augment, backbone, get_profile
 from workbench.runs import Run, RunError, ensure_run, open_run, runs_root, sha256_file
 
 
-def datasets(profile: str, data: str | None = None, input_size=(1, 28, 28), mean=None, std=None) -> tuple[Dataset, Dataset]:
-    """Training and held-out sets of a profile: the demo split, or ``DATA/train`` and ``DATA/val``."""
+def datasets(profile: str, data: str | None = None, input_size=(1, 28, 28), mean=None, std=None, *,
+             augment: Augment | None = None, eval_transform: dict | None = None) -> tuple[Dataset, Dataset]:
+    """Training and held-out sets of a profile: the demo split, or ``DATA/train`` and ``DATA/val``.
+
+    Args:
+        profile: ``demo``, ``smoke`` or ``paper`` (the demo split's size; ``paper`` needs ``data``).
+        data: ImageFolder root with ``train/`` and ``val/``, or None for the demo set (digits padded to
+            ``input_size``).
+        input_size, mean, std: the model's input.
+        augment: ImageFolder training augmentation (RandAugment, random erasing; None: timm's default
+            training transform).
+        eval_transform: more ``create_transform`` options of the held-out set (``crop_pct``, ``interpolation``).
+    """
     prof = get_profile(profile)
     if data is None:
         if profile == "paper":
             raise ValueError("the paper profile trains on your data: pass --data PATH (an ImageFolder with train/ and val/)")
-        return DemoDataset("train", train_transform=True, limit=prof.train_limit), DemoDataset("val", limit=prof.val_limit)
+        size = tuple(input_size)  # digits padded to the model's input size (DemoDataset)
+        return (DemoDataset("train", train_transform=True, limit=prof.train_limit, input_size=size),
+                DemoDataset("val", limit=prof.val_limit, input_size=size))
     root = Path(data).expanduser()
     kw = dict(input_size=input_size, mean=mean, std=std)
-    return image_folder(root / "train", is_training=True, **kw), image_folder(root / "val", is_training=False, **kw)
+    train_kw = {} if augment is None else dict(auto_augment=augment.auto_augment, re_prob=augment.re_prob,
+                                               re_mode="pixel", re_count=1, interpolation=augment.interpolation)
+    return (image_folder(root / "train", is_training=True, **kw, **train_kw),
+            image_folder(root / "val", is_training=False, **kw, **(eval_transform or {})))
 
 
-def teacher_run_id(arch: str, profile: str) -> str:
-    return f"teacher-{arch}-{profile}"
+def teacher_run_id(arch: str, profile: str, model_name: str | None = None) -> str:
+    """``teacher-swin-demo`` for the profile's own model of ``arch``; ``teacher-<timm name>-<profile>`` for another."""
+    default = get_profile(profile).model(arch)
+    return f"teacher-{arch}-{profile}" if model_name in (None, default) else f"teacher-{model_name}-{profile}"
+
+
+def _classes(data: str) -> list[str]:
+    """Class names of ``DATA/train`` (which ``DATA/val`` must share)."""
+    root = Path(data).expanduser()
+    train = scan_image_folder(root / "train", require_classes=True).classes
+    val = scan_image_folder(root / "val", require_classes=True).classes
+    if train != val:
+        raise ValueError(f"{root}/train and {root}/val have different class folders ({len(train)} vs {len(val)}: "
+                         f"{sorted(set(train) ^ set(val))[:5]}); both need the same classes")
+    return list(train)
+
+
+def _load_pretrained(model, checkpoint: str, log: Callable[[str], None]) -> None:
+    """Load a checkpoint; a classifier of another class count is left freshly initialised (and said so)."""
+    state = read_state_dict(checkpoint)
+    own = model.state_dict()
+    head = model.pretrained_cfg.get("classifier") or ()
+    head = (head,) if isinstance(head, str) else tuple(head)
+    mismatched = [k for k in state if k in own and state[k].shape != own[k].shape]
+    if mismatched and all(k.startswith(tuple(f"{h}." for h in head)) for k in mismatched):
+        state = {k: v for k, v in state.items() if not k.startswith(tuple(f"{h}." for h in head))}
+        state.update({k: v for k, v in own.items() if k.startswith(tuple(f"{h}." for h in head))})
+        log(f"checkpoint classifier ({', '.join(mismatched)}) has another number of classes: re-initialised")
+    load_weights(model, state, what=f"checkpoint {checkpoint!r}")
 
 
 def train_teacher(
@@ -41,47 +97,104 @@ def train_teacher(
     data: str | None = None,
     model_name: str | None = None,
     epochs: int | None = None,
+    batch_size: int | None = None,
+    checkpoint: str | None = None,
     log=print,
 ) -> Run:
     """Train (or reuse, or resume) a teacher run.
 
     Args:
-        arch: ``vit``, ``swin`` or ``cnn`` (the demo teachers; with ``model_name`` only the recipe).
+        arch: ``vit``, ``swin`` or ``cnn``: the profile's model of that family (demo teachers; the papers'
+            backbones under ``paper``) and its recipe.
         profile: ``demo``, ``smoke`` or ``paper``.
         force: retrain even if a complete run exists.
         device: ``auto``, ``cpu`` or ``cuda``.
         data: an ImageFolder root with ``train/`` and ``val/`` (required by ``paper``).
-        model_name: a timm architecture instead of the demo teacher of ``arch``.
-        epochs: override the profile's epoch count.
+        model_name: a timm architecture (or a ``PAPER_BACKBONES`` alias such as ``deit-b``) instead of the
+            profile's model of ``arch``.
+        epochs: override the profile's epoch count (0: record ``checkpoint`` as the teacher, untrained).
+        batch_size: override the profile's batch size (the paper profile scales the lr with it).
+        checkpoint: pretrained weights to start from (module docstring).
+
+    Raises:
+        ValueError: unknown arch or model, ``--epochs 0`` without a checkpoint, bad data, missing checkpoint.
     """
     if arch not in DEMO_TEACHERS:
         raise ValueError(f"unknown teacher arch {arch!r}; choose from {', '.join(DEMO_TEACHERS)}")
-    name = model_name or DEMO_TEACHERS[arch]
-    cfg: TrainConfig = replace(get_profile(profile).teacher(arch), device=device)
+    prof = get_profile(profile)
+    name = backbone(model_name) if model_name else prof.model(arch)
+    import timm
+
+    import methods.teachers  # noqa: F401  (the demo teachers are timm names)
+
+    if not timm.is_model(name):
+        create_model(name)  # its clear error for an unknown name, before anything is written
+    cfg: TrainConfig = replace(prof.teacher(arch), device=device)
     if epochs is not None:
+        if epochs < 0:
+            raise ValueError(f"--epochs must be >= 0, got {epochs}")
         cfg = replace(cfg, epochs=epochs)
-    model_kwargs = {} if data is None else {"num_classes": len(_classes(data))}
+    if batch_size is not None:
+        if batch_size < 1:
+            raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+        cfg = replace(cfg, batch_size=batch_size)
+    if prof.lr_per_512 is not None:
+        cfg = replace(cfg, lr=prof.lr_per_512 * cfg.batch_size / 512)  # DeiT: 5e-4 x batch / 512
+    if cfg.epochs == 0 and checkpoint is None:
+        raise ValueError("--epochs 0 records a teacher without training it: pass its weights with --checkpoint FILE")
+    sha = None
+    if checkpoint is not None:
+        if not Path(checkpoint).expanduser().is_file():
+            raise ValueError(f"teacher checkpoint {checkpoint!r} does not exist")
+        sha = sha256_file(Path(checkpoint).expanduser())
+    classes = _classes(data) if data is not None else []
+    model_kwargs = {"num_classes": len(classes)} if data is not None else {}
+    augment = prof.augment if data is not None else None  # the demo digits have their own jitter
     config = {"method": "teacher", "model_name": name, "model_kwargs": model_kwargs, "profile": profile,
-              "data": data or "demo", "train": {k: v for k, v in cfg.to_dict().items() if k not in ("device", "progress", "cpu_threads")}}
+              "data": data or "demo", "init_checkpoint_sha256": sha,
+              "augment": asdict(augment) if augment is not None else None,
+              "train": {k: v for k, v in cfg.to_dict().items() if k not in ("device", "progress", "cpu_threads", "num_workers")}}
 
     def body(run: Run) -> dict:
         import torch
 
         torch.manual_seed(cfg.seed)  # the initialisation: the same whatever ran before in this process
         model = create_model(name, **model_kwargs)
+        if checkpoint is not None:
+            _load_pretrained(model, str(Path(checkpoint).expanduser()), log)
         pc = model.pretrained_cfg
-        train_set, val_set = datasets(profile, data, tuple(pc["input_size"]), pc.get("mean"), pc.get("std"))
-        history = fit(model, train_set, val_set, cfg, ckpt_dir=run.dir, on_epoch_end=run.log_epoch)
+        eval_tf = {k: pc[k] for k in ("crop_pct", "interpolation") if pc.get(k) is not None}
+        train_set, val_set = datasets(profile, data, tuple(pc["input_size"]), pc.get("mean"), pc.get("std"),
+                                      augment=augment, eval_transform=eval_tf)
+        options = {}
+        if augment is not None and augment.mixes:
+            options.update(batch_transform=mixup_cutmix(len(classes), augment.mixup, augment.cutmix, cfg.label_smoothing),
+                           loss_fn=soft_target_cross_entropy())
+        if augment is not None and augment.repeats:
+            options["sampler"] = repeated_augmentation(augment.repeats)
+        if cfg.epochs == 0:
+            return _record_checkpoint(run, model, val_set, cfg, len(train_set))
+        log(f"training {name} ({profile} profile) on {data or 'the demo set'}: {len(train_set)} images, "
+            f"{cfg.epochs} epochs, batch {cfg.batch_size}, lr {cfg.lr:.3g}")
+        history = fit(model, train_set, val_set, cfg, ckpt_dir=run.dir, on_epoch_end=run.log_epoch, **options)
         final = history[-1]
         return {"val_acc": final["val_acc"], "val_loss": final["val_loss"], "epochs": len(history),
                 "train_images": len(train_set), "val_images": len(val_set)}
 
-    return ensure_run(teacher_run_id(arch, profile), config, body, force=force, log=log)
+    return ensure_run(teacher_run_id(arch, profile, name), config, body, force=force, log=log)
 
 
-def _classes(data: str) -> list[str]:
-    root = Path(data).expanduser() / "train"
-    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+def _record_checkpoint(run: Run, model, val_set: Dataset, cfg: TrainConfig, train_images: int) -> dict:
+    """``--epochs 0``: the checkpoint becomes the run's weights after one evaluation on the held-out set."""
+    from torch.utils.data import DataLoader
+
+    from methods.train import atomic_save_safetensors, evaluate, resolve_device
+
+    dev = resolve_device(cfg.device)
+    model.to(dev)
+    metrics = evaluate(model, DataLoader(val_set, batch_size=256, num_workers=cfg.num_workers), dev)
+    atomic_save_safetensors(model.state_dict(), run.checkpoint)
+    return {**metrics, "epochs": 0, "train_images": train_images, "val_images": len(val_set)}
 
 
 @dataclass(frozen=True)
@@ -116,10 +229,18 @@ def resolve_teacher(teacher: str | Run | None, profile: str, *, default_arch: st
     """
     teacher = default_arch if teacher is None else str(teacher.dir) if isinstance(teacher, Run) else teacher
     if teacher in DEMO_TEACHERS:
-        if profile == "paper":
-            raise ValueError(f"the paper profile needs a real {family} teacher: pass --teacher a teacher run id, "
-                             f"or a timm {family} name with --checkpoint WEIGHTS")
-        teacher = train_teacher(teacher, profile, device=device, data=data, log=log).id
+        if profile == "paper":  # the paper's backbone trained (or recorded) on the user's data; never trained here
+            rid = teacher_run_id(teacher, "paper")
+            if not (runs_root() / rid / "manifest.json").exists() or open_run(rid).status != "complete":
+                name = get_profile("paper").model(teacher)
+                raise ValueError(
+                    f"the paper profile needs a real {family} teacher and run {rid!r} does not exist (or is unfinished): "
+                    f"train {name} with `workbench train teacher --arch {teacher} --profile paper --data ROOT`, or record "
+                    f"pretrained weights with `... --checkpoint WEIGHTS --epochs 0`; or pass --teacher RUN_ID, or a timm "
+                    f"{family} name with --checkpoint WEIGHTS")
+            teacher = rid
+        else:
+            teacher = train_teacher(teacher, profile, device=device, data=data, log=log).id
     if (runs_root() / teacher / "manifest.json").exists() or (Path(teacher).expanduser() / "manifest.json").exists():
         if checkpoint is not None:
             raise ValueError(f"teacher {teacher!r} is a run with its own checkpoint; drop --checkpoint")
