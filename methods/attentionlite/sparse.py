@@ -9,7 +9,7 @@ The student trains sparse from the first step, at a fixed global budget of non-z
    - each layer's *momentum contribution* ``μ^l`` = mean ``|m|`` of the momentum over its active
      weights, normalised over layers (Dettmers' ``momentum_redistribution``);
    - each layer loses ``⌈p_e · active^l⌉`` of its active units with the smallest magnitude
-     (always keeping one);
+     (always keeping one, as the initial masks do: no layer is ever cut off);
    - the freed budget is regrown across layers in proportion to ``μ^l`` (capped by each layer's free
      units, the overflow redistributed), choosing in each layer the inactive units with the largest
      momentum magnitude; regrown weights start at zero.
@@ -114,15 +114,17 @@ def _expand(unit_mask: torch.Tensor, shape: tuple[int, ...] | torch.Size, prunin
     return unit_mask.view(1, *shape[1:]).expand(shape)
 
 
-def _allocate(share: list[float], capacity: list[int], size: list[int], budget: int) -> list[int]:
+def _allocate(share: list[float], capacity: list[int], size: list[int], budget: int,
+              start: list[int] | None = None) -> list[int]:
     """Units per layer, ≤ capacity, about ``share`` of ``budget`` weights each, filling the budget.
 
     Proportional water-filling (overflow of full layers goes to the others), then a greedy fill of
     what rounding left, largest share first. Leaves less than one unit of every layer with room.
+    ``start``: units every layer has from the outset (counted in the budget).
     """
     n = len(share)
-    units = [0] * n
-    remaining = budget
+    units = list(start) if start is not None else [0] * n
+    remaining = budget - sum(u * s for u, s in zip(units, size))
     for _ in range(n + 1):
         open_ = [i for i in range(n) if units[i] < capacity[i] and size[i] <= remaining]
         if not open_:
@@ -196,7 +198,8 @@ class SparseMomentum(TrainHook):
         gen = torch.Generator().manual_seed(seed)
         sizes = [self.unit_size[n] for n in self.names]
         caps = [self.n_units[n] for n in self.names]
-        count = _allocate([c * s / self.total for c, s in zip(caps, sizes)], caps, sizes, self.budget)
+        # every layer keeps at least one unit (as after every update), the rest uniformly by size
+        count = _allocate([c * s / self.total for c, s in zip(caps, sizes)], caps, sizes, self.budget, [1] * len(caps))
         self.masks: dict[str, torch.Tensor] = {}
         for name, k in zip(self.names, count):
             m = torch.zeros(self.n_units[name], dtype=torch.bool)
@@ -272,7 +275,8 @@ class SparseMomentum(TrainHook):
             raise ValueError("checkpointed masks name other layers than this model's: resume with the same student")
         for n in self.names:
             if masks[n].shape != self.masks[n].shape:
-                raise ValueError(f"checkpointed mask of {n} has shape {tuple(masks[n].shape)}, expected {tuple(self.masks[n].shape)}")
+                raise ValueError(f"checkpointed mask of {n} has shape {tuple(masks[n].shape)}, "
+                                 f"expected {tuple(self.masks[n].shape)}")
             self.masks[n] = masks[n].to(self.masks[n].device, torch.bool)
         self.updates = int(state["updates"])
 
