@@ -289,7 +289,7 @@ def _outside_zero(model: nn.Module, hook: SparseMomentum) -> bool:
 def test_density_holds_after_every_step_and_update(pruning):
     torch.manual_seed(0)
     model = TEST.build()
-    hook = SparseMomentum(model, 0.3, pruning, epochs=4)
+    hook = SparseMomentum(model, 0.3, pruning, epochs=4, update_at="epoch_end")
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     x, y = torch.randn(8, 1, 12, 12), torch.randint(0, 10, (8,))
     widest = max(hook.unit_size.values())
@@ -352,6 +352,29 @@ def test_regrowth_follows_momentum():
     assert sum(hook.kept().values()) == hook.budget == 80
 
 
+def test_update_deferred_to_the_next_step_by_default():
+    torch.manual_seed(0)
+    model = TEST.build()
+    hook = SparseMomentum(model, 0.3, "irregular", epochs=3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = torch.randn(8, 1, 12, 12), torch.randint(0, 10, (8,))
+
+    def step():
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        hook.after_step(model, opt)
+
+    step()
+    before = {n: m.clone() for n, m in hook.masks.items()}
+    assert hook.on_epoch_end(model, opt, 0)["prune_rate"] == 0.5
+    assert hook.updates == 0 and all(torch.equal(before[n], hook.masks[n]) for n in hook.names)
+    assert hook.state_dict()["pending"] == 0.5
+    step()
+    assert hook.updates == 1 and any(not torch.equal(before[n], hook.masks[n]) for n in hook.names)
+    assert sum(hook.kept().values()) == hook.budget and _outside_zero(model, hook)
+
+
 def test_prune_rate_schedules():
     assert [prune_rate(0.5, e, 5) for e in range(4)] == pytest.approx([0.5, 0.375, 0.25, 0.125])
     assert prune_rate(0.5, 2, 5, "cosine") == pytest.approx(0.25)
@@ -389,8 +412,10 @@ def test_bad_inputs_refused():
     with pytest.raises(ValueError, match="unknown pruning kind 'filter'"):
         SparseMomentum(model, 0.5, "filter", epochs=2)
     hook = SparseMomentum(model, 0.5, epochs=2)
+    plain_sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook.on_epoch_end(model, plain_sgd, 0)  # schedules the update
     with pytest.raises(ValueError, match="holds no momentum"):
-        hook.on_epoch_end(model, torch.optim.SGD(model.parameters(), lr=0.1), 0)
+        hook.after_step(model, plain_sgd)
     with pytest.raises(ValueError, match="resume with the same --density"):
         SparseMomentum(model, 0.3, epochs=2).load_state_dict(hook.state_dict())
     with pytest.raises(ValueError, match="not column-structured"):

@@ -36,13 +36,13 @@ from .paper import PAPER_TABLE1, PAPER_TABLE2, PaperRow, Reduction, cifar_resnet
 from .resnet import (SABottleneck, Stem, attention_layers, build_sa_resnet, sa_resnet, sa_resnet26, sa_resnet38,
                      sa_resnet_demo)
 from .shrink import deploy_kwargs, kept_columns, sa_resnet_column, shrink
-from .sparse import (PRUNINGS, Decay, Pruning, SparseMomentum, check_density, check_pruning,
+from .sparse import (PRUNINGS, Decay, Pruning, SparseMomentum, UpdateAt, check_density, check_pruning,
                      column_masks_from_weights, prunable_layers, prune_rate, weight_masks_density)
 
 __all__ = [
     "ATForm", "ColumnConv2d", "ColumnLinear", "Decay", "DistillConfig", "LocalSelfAttention", "PAPER_DENSITIES",
     "PAPER_TABLE1", "PAPER_TABLE2", "PRUNINGS", "PaperRow", "Pruning", "Reduction", "Resize", "SABottleneck",
-    "SAVariant", "SA_VARIANTS", "SparseConfig", "SparseDistillationLoss", "SparseMomentum", "Stem", "VariantName",
+    "SAVariant", "SA_VARIANTS", "SparseConfig", "SparseDistillationLoss", "SparseMomentum", "Stem", "UpdateAt", "VariantName",
     "at_loss", "at_map", "attention_layers", "build_sa_resnet", "check_density", "check_pruning", "cifar_resnet50",
     "column_masks_from_weights", "count_macs_sparse", "count_params", "deploy_kwargs", "kd_loss", "kept_columns",
     "layer_densities", "local_attention_unfold", "neighbour_dot", "neighbour_mask", "neighbour_mix",

@@ -15,7 +15,7 @@ from typing import Literal
 
 from .losses import ATForm, Resize
 from .resnet import Stem
-from .sparse import Decay, Pruning
+from .sparse import Decay, Pruning, UpdateAt
 
 __all__ = ["SAVariant", "SA_VARIANTS", "DistillConfig", "SparseConfig", "PAPER_DENSITIES", "VariantName"]
 
@@ -101,6 +101,7 @@ class SparseConfig:
     exclude: tuple[str, ...] = field(default_factory=tuple)  # fnmatch patterns of layers left dense (none, as Dettmers)
     adam_normalize: bool = False  # Adam: regrow by exp_avg / √exp_avg_sq (Dettmers' code) instead of exp_avg
     seed: int = 0  # seeds the random initial masks
+    update_at: UpdateAt = "next_step"  # run epoch e's update after epoch e+1's first step (evaluations see trained weights)
 
 
 #: (table, student variant, pruning) -> target density d of the paper's runs (Table 1 / 2 captions).

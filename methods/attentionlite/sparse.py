@@ -16,7 +16,8 @@ The student trains sparse from the first step, at a fixed global budget of non-z
    - ``p_e`` decays to 0 over the run: linearly (Alg. 1 line 16, the default) or with a cosine
      (Dettmers' code), ``p_e = p_0 · s(e / (E - 1))``.
    There is no update after the last epoch: it would prune trained weights and regrow zeros that no
-   step trains.
+   step trains. By default the update decided at the end of epoch e runs after the first step of
+   epoch e + 1 (``update_at``), so per-epoch evaluations see trained, not freshly regrown, weights.
 
 Units (``Pruning``):
 
@@ -52,11 +53,12 @@ import torch.nn as nn
 
 from methods.train import TrainHook
 
-__all__ = ["Pruning", "Decay", "PRUNINGS", "prunable_layers", "check_density", "check_pruning", "prune_rate",
+__all__ = ["Pruning", "Decay", "UpdateAt", "PRUNINGS", "prunable_layers", "check_density", "check_pruning", "prune_rate",
            "SparseMomentum", "column_masks_from_weights", "weight_masks_density"]
 
 Pruning = Literal["irregular", "column"]
 Decay = Literal["linear", "cosine"]
+UpdateAt = Literal["next_step", "epoch_end"]
 PRUNINGS: tuple[str, ...] = ("irregular", "column")
 
 
@@ -162,6 +164,12 @@ class SparseMomentum(TrainHook):
         exclude: fnmatch patterns of layer names left dense.
         adam_normalize: with Adam-type optimizers read ``exp_avg / √exp_avg_sq`` (Dettmers) instead of ``exp_avg``.
         seed: seeds the random initial masks.
+        update_at: "next_step" (default) runs the update scheduled at the end of epoch e right after
+            the first optimizer step of epoch e + 1, so that an epoch's evaluation (which ``fit`` runs
+            after the hooks' ``on_epoch_end``) sees the model trained under that epoch's masks;
+            "epoch_end" runs it in ``on_epoch_end`` (Algorithm 1 literally: the evaluation then sees
+            half-pruned layers with zero-valued regrown weights, which in short runs reads as a
+            collapse of the accuracy curve).
 
     Attributes:
         masks: layer name -> flat bool unit mask (``(C_out·C_in·k·k,)`` irregular, ``(C_in·k·k,)`` column).
@@ -174,7 +182,7 @@ class SparseMomentum(TrainHook):
 
     def __init__(self, model: nn.Module, density: float, pruning: Pruning = "irregular", *, epochs: int,
                  prune_rate: float = 0.5, decay: Decay = "linear", exclude: tuple[str, ...] = (),
-                 adam_normalize: bool = False, seed: int = 0):
+                 adam_normalize: bool = False, seed: int = 0, update_at: UpdateAt = "next_step"):
         self.density = check_density(density)
         self.pruning = check_pruning(pruning)
         if decay not in ("linear", "cosine"):
@@ -195,6 +203,10 @@ class SparseMomentum(TrainHook):
         self.total = sum(math.prod(s) for s in shapes.values())
         self.budget = round(self.density * self.total)
         self.updates = 0
+        if update_at not in ("next_step", "epoch_end"):
+            raise ValueError(f"update_at must be 'next_step' or 'epoch_end', got {update_at!r}")
+        self.update_at = update_at
+        self.pending: float | None = None  # prune rate of an update scheduled for the next step
         gen = torch.Generator().manual_seed(seed)
         sizes = [self.unit_size[n] for n in self.names]
         caps = [self.n_units[n] for n in self.names]
@@ -250,20 +262,27 @@ class SparseMomentum(TrainHook):
     # ---------------------------------------------------------------- TrainHook
 
     def after_step(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        if self.pending is not None:  # the update scheduled at the end of the previous epoch
+            rate, self.pending = self.pending, None
+            self.prune_regrow(model, optimizer, rate)
         self.apply(model)
 
     def on_epoch_end(self, model: nn.Module, optimizer: torch.optim.Optimizer, epoch: int) -> dict[str, float]:
         rate = 0.0
         if epoch < self.epochs - 1 and self.density < 1.0:
             rate = prune_rate(self.p0, epoch, self.epochs, self.decay)
-            self.prune_regrow(model, optimizer, rate)
+            if self.update_at == "epoch_end":
+                self.prune_regrow(model, optimizer, rate)
+            else:
+                self.pending = rate
         metrics = {"density": self.realised_density(), "prune_rate": rate}
         metrics.update({f"density/{n}": v for n, v in self.layer_densities().items()})
         return metrics
 
     def state_dict(self) -> dict:
         return {"masks": {n: m.cpu() for n, m in self.masks.items()}, "updates": self.updates,
-                "pruning": self.pruning, "density": self.density, "budget": self.budget}
+                "pruning": self.pruning, "density": self.density, "budget": self.budget,
+                "pending": -1.0 if self.pending is None else float(self.pending)}
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("pruning") != self.pruning or state.get("budget") != self.budget:
@@ -279,6 +298,8 @@ class SparseMomentum(TrainHook):
                                  f"expected {tuple(self.masks[n].shape)}")
             self.masks[n] = masks[n].to(self.masks[n].device, torch.bool)
         self.updates = int(state["updates"])
+        pending = float(state.get("pending", -1.0))
+        self.pending = None if pending < 0 else pending
 
     # ---------------------------------------------------------------- prune and regrow (Alg. 1, 14–22)
 

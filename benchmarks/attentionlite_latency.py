@@ -1,0 +1,117 @@
+"""Benchmark: single-thread CPU latency of AttentionLite's teacher, dense student and column-pruned student,
+and of the local self-attention layer against a naive unfold implementation.
+
+Part 1 (models, eval mode, batch 1 unless --batch, random weights): at paper size the CIFAR-stem
+ResNet50 teacher vs SA-ResNet26 (hybrid) dense vs SA-ResNet26 column-pruned at d = 0.5 and shrunk
+(``methods.attentionlite.shrink``; masks = sparse momentum's initial masks, uniform density per
+layer), 3×32×32; at demo size ``cnn_demo`` vs ``sa_resnet_demo`` vs the same at d = 0.5, 1×28×28.
+Prints ms, MACs and the ratio to the teacher measured in the same run. The paper reports FLOPs only
+(Tables 1–2), no latency.
+
+Part 2 (one LocalSelfAttention layer): ours (``neighbour_dot`` / ``neighbour_mix``: offset loops with
+in-place accumulation and hand-written backward) vs ``local_attention_unfold`` (im2col of keys and
+values, the relative-embedding table materialised per pixel, autograd), forward and forward+backward,
+at the shapes of SA-ResNet26's stages (batch 8) and of the demo student's first stage (batch 64).
+
+Each timing is the median of --repeat runs after --warmup. One thread (torch.set_num_threads(1)).
+
+Usage: PYTHONPATH=. python benchmarks/attentionlite_latency.py [--repeat 10] [--warmup 2] [--skip-paper]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import copy  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from typing import Callable  # noqa: E402
+
+import timm  # noqa: E402
+import torch  # noqa: E402
+
+import methods.teachers  # noqa: E402,F401  (registers cnn_demo)
+from methods.attentionlite import (  # noqa: E402
+    LocalSelfAttention,
+    SparseMomentum,
+    cifar_resnet50,
+    count_macs_sparse,
+    local_attention_unfold,
+    shrink,
+)
+
+
+def median_ms(fn: Callable[[], object], repeat: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+@torch.no_grad()
+def models_part(title: str, teacher: torch.nn.Module, student: torch.nn.Module, x: torch.Tensor, repeat: int,
+                warmup: int) -> None:
+    masked = copy.deepcopy(student)
+    hook = SparseMomentum(masked, 0.5, "column", epochs=1)
+    rows = {"teacher": teacher.eval(), "student (dense)": student.eval(),
+            "student column d=0.5 (shrunk)": shrink(masked, hook.weight_masks())}
+    print(f"\n{title}: input {tuple(x.shape)}, realised density {hook.realised_density():.3f}")
+    print(f"  {'model':32s} {'MMACs':>8s} {'params':>9s} {'ms':>8s} {'/teacher':>9s}")
+    base = None
+    for name, model in rows.items():
+        macs = count_macs_sparse(model, x)["dense"] / 1e6 * x.shape[0]
+        params = sum(p.numel() for p in model.parameters())
+        ms = median_ms(lambda m=model: m(x), repeat, warmup)
+        base = base or ms
+        print(f"  {name:32s} {macs:8.1f} {params:9d} {ms:8.2f} {ms / base:9.2f}")
+
+
+def attention_part(shapes: list[tuple[int, int, int, int, int]], repeat: int, warmup: int) -> None:
+    print("\nLocalSelfAttention: ours (neighbour offset loops) vs naive unfold; ms, ratio naive / ours")
+    print(f"  {'B':>3s} {'C':>4s} {'HxW':>6s} {'k':>2s} {'heads':>5s} | {'fwd ours':>9s} {'naive':>9s} {'x':>5s} | "
+          f"{'fwd+bwd ours':>12s} {'naive':>9s} {'x':>5s}")
+    for B, C, H, k, heads in shapes:
+        torch.manual_seed(0)
+        layer = LocalSelfAttention(C, C, k, heads)
+        x = torch.randn(B, C, H, H)
+        with torch.no_grad():
+            torch.testing.assert_close(layer(x), local_attention_unfold(x, layer), rtol=1e-4, atol=1e-5)
+            f_ours = median_ms(lambda: layer(x), repeat, warmup)
+            f_naive = median_ms(lambda: local_attention_unfold(x, layer), repeat, warmup)
+        xg = x.clone().requires_grad_()
+        b_ours = median_ms(lambda: layer(xg).sum().backward(), repeat, warmup)
+        b_naive = median_ms(lambda: local_attention_unfold(xg, layer).sum().backward(), repeat, warmup)
+        print(f"  {B:3d} {C:4d} {H:>3d}x{H:<2d} {k:2d} {heads:5d} | {f_ours:9.2f} {f_naive:9.2f} {f_naive / f_ours:5.2f} | "
+              f"{b_ours:12.2f} {b_naive:9.2f} {b_naive / b_ours:5.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--skip-paper", action="store_true", help="skip the paper-size models (slowest part)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, 1 thread, median of {args.repeat} after {args.warmup} warm-up, "
+          f"load average {os.getloadavg()[0]:.1f} at start")
+    torch.manual_seed(0)
+    if not args.skip_paper:
+        models_part("paper size: CIFAR ResNet50 vs SA-ResNet26 (hybrid)", cifar_resnet50(10),
+                    timm.create_model("sa_resnet26"), torch.randn(args.batch, 3, 32, 32), args.repeat, args.warmup)
+    models_part("demo size: cnn_demo vs sa_resnet_demo", timm.create_model("cnn_demo"), timm.create_model("sa_resnet_demo"),
+                torch.randn(args.batch, 1, 28, 28), args.repeat, args.warmup)
+    shapes = [(8, 64, 32, 7, 8), (8, 128, 16, 7, 8), (8, 256, 8, 7, 8), (8, 512, 4, 7, 8), (64, 8, 28, 3, 2)]
+    attention_part(shapes, args.repeat, args.warmup)
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+
+
+if __name__ == "__main__":
+    main()
