@@ -17,6 +17,7 @@ import torch.nn as nn
 from methods.flops import count_macs
 from methods.hooks import run_with_cache
 
+from .attention import ColumnConv2d, ColumnLinear
 from .losses import at_map, stage_names
 from .resnet import attention_layers
 from .sparse import prunable_layers
@@ -31,10 +32,12 @@ def layer_densities(model: nn.Module, exclude: Sequence[str] = ()) -> dict[str, 
 
 def count_params(model: nn.Module, exclude: Sequence[str] = ()) -> dict[str, int]:
     """Parameter counts: ``total``, ``nonzero`` (all parameters), ``prunable`` and ``prunable_nonzero``
-    (the conv / linear weights sparse momentum masks). Buffers (kept-column indices) are not parameters."""
+    (the conv / linear weights sparse momentum masks, and the column-pruned layers of a shrunk model).
+    Buffers (kept-column indices) are not parameters."""
     total = sum(p.numel() for p in model.parameters())
     nonzero = sum(int(p.detach().ne(0).sum()) for p in model.parameters())
     layers = prunable_layers(model, tuple(exclude))
+    layers.update({n: m for n, m in model.named_modules() if isinstance(m, (ColumnConv2d, ColumnLinear))})
     prunable = sum(m.weight.numel() for m in layers.values())
     prunable_nz = sum(int(m.weight.detach().ne(0).sum()) for m in layers.values())
     return {"total": total, "nonzero": nonzero, "prunable": prunable, "prunable_nonzero": prunable_nz}
