@@ -114,7 +114,7 @@ def neighbour_dot(q: torch.Tensor, k: torch.Tensor, kernel_size: int) -> torch.T
 
 @torch.library.custom_op("attentionlite::neighbour_mix", mutates_args=())
 def neighbour_mix(a: torch.Tensor, v: torch.Tensor, kernel_size: int) -> torch.Tensor:
-    """Weighted sums of the ``k × k`` neighbouring values: ``a (B, G, k², H, W)``, ``v (B, G, c, H, W)`` -> ``(B, G, c, H, W)``."""
+    """Weighted sums of the ``k × k`` neighbouring values: ``a (B, G, k², H, W)``, ``v (B, G, c, H, W)`` -> same as v."""
     return _mix(a, v, kernel_size)
 
 

@@ -108,8 +108,13 @@ def _restructure(model: nn.Module, counts: dict[str, int], idx: dict[str, torch.
     unknown = sorted(set(counts) - set(full))
     if unknown:
         raise ValueError(f"kept names layers the model does not have: {unknown[:4]}")
-    n_of = lambda name: counts.get(name, full.get(name))
-    ix = lambda name: None if idx is None else idx.get(name, torch.arange(full[name]))
+
+    def n_of(name: str) -> int:
+        return counts.get(name, full.get(name))
+
+    def ix(name: str) -> torch.Tensor | None:
+        return None if idx is None else idx.get(name, torch.arange(full[name]))
+
     done: set[str] = set()
     for path, block in list(mods.items()):
         if not isinstance(block, SABottleneck):
