@@ -88,8 +88,17 @@ def _reference_attention(layer: LocalSelfAttention, x: torch.Tensor) -> torch.Te
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.fixture(params=["unfold", "offset_loop"])
+def path(request, monkeypatch):
+    """Both implementations of the neighbourhood operators (small operands take im2col, large an offset loop)."""
+    import methods.attentionlite.attention as attention
+
+    monkeypatch.setattr(attention, "UNFOLD_BYTES", 1 << 40 if request.param == "unfold" else 0)
+    return request.param
+
+
 @pytest.mark.parametrize("k,heads", [(3, 2), (5, 1)])
-def test_local_attention_equals_per_pixel_reference(k, heads):
+def test_local_attention_equals_per_pixel_reference(k, heads, path):
     torch.manual_seed(0)
     layer = LocalSelfAttention(3, 8, kernel_size=k, num_heads=heads).double()
     x = torch.randn(2, 3, 5, 6, dtype=torch.double)
@@ -98,7 +107,7 @@ def test_local_attention_equals_per_pixel_reference(k, heads):
     torch.testing.assert_close(local_attention_unfold(x, layer), ref, rtol=1e-10, atol=1e-10)
 
 
-def test_neighbour_operators_gradients():
+def test_neighbour_operators_gradients(path):
     torch.manual_seed(0)
     q = torch.randn(1, 2, 3, 4, 5, dtype=torch.double, requires_grad=True)
     key = torch.randn(1, 2, 3, 4, 5, dtype=torch.double, requires_grad=True)
@@ -129,7 +138,7 @@ def test_relative_positions_translation_equivariant_and_used():
     assert torch.allclose(pattern[0, :, 0, 5, 1:].sum((-1, -2)), torch.ones(2, dtype=torch.double))
 
 
-def test_hook_pattern_is_the_attention_the_layer_used():
+def test_hook_pattern_is_the_attention_the_layer_used(path):
     torch.manual_seed(0)
     layer = LocalSelfAttention(3, 4, kernel_size=3, num_heads=2)
     x = torch.randn(2, 3, 6, 5)

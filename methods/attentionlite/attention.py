@@ -23,7 +23,8 @@ Implementation (no Python loop over positions): two custom operators, ``attentio
 over the ``k²`` neighbour *offsets* of one vectorised multiply-add over the whole batch, every head and
 pixel, with hand-written backward passes that accumulate in place. Nothing ``k²``-times larger than
 the inputs is materialised, unlike the im2col (unfold) formulation (:func:`local_attention_unfold`,
-the reference and benchmark baseline; ``benchmarks/attentionlite_latency.py`` measures the two).
+the reference and benchmark baseline; ``benchmarks/attentionlite_latency.py`` measures the two),
+except for small operands (``UNFOLD_BYTES``), where one im2col beats ``k²`` small kernels.
 Being registered operators with flop formulas, they are counted by ``methods.flops.count_macs``:
 ``B·G·c·H·W·k²`` MACs each (border neighbours included: a dense kernel computes them).
 
@@ -65,8 +66,26 @@ __all__ = ["LocalSelfAttention", "ColumnConv2d", "ColumnLinear", "neighbour_dot"
 # --------------------------------------------------------------------------------------------
 
 
+#: Below this size of an unfolded (k²-times larger) operand, the operators use im2col (``F.unfold`` /
+#: ``F.fold``) instead of offset loops: for small maps the loop's per-offset kernel launches cost more
+#: than the copy (measured on the project's 2-core CPU, ``benchmarks/attentionlite_latency.py``).
+UNFOLD_BYTES = 16 << 20
+
+
+def _unfolded(x: torch.Tensor, k: int) -> torch.Tensor:
+    """``(B, G, c, H, W) -> (B, G, c, k², H, W)``: each pixel's k × k neighbours (zeros outside the image)."""
+    B, G, c, H, W = x.shape
+    return F.unfold(x.reshape(B, G * c, H, W), k, padding=k // 2).view(B, G, c, k * k, H, W)
+
+
+def _small(x: torch.Tensor, k: int) -> bool:
+    return x.numel() * k * k * x.element_size() <= UNFOLD_BYTES
+
+
 def _dot(q: torch.Tensor, x: torch.Tensor, k: int) -> torch.Tensor:
     """``out[b, g, o, i, j] = Σ_c q[b, g, c, i, j] · x[b, g, c, i + u - r, j + w - r]`` (0 outside the image)."""
+    if _small(x, k):
+        return (q.unsqueeze(3) * _unfolded(x, k)).sum(2)
     B, G, c, H, W = q.shape
     r = k // 2
     xp = F.pad(x.reshape(B, G * c, H, W), (r, r, r, r)).view(B, G, c, H + 2 * r, W + 2 * r)
@@ -79,6 +98,8 @@ def _dot(q: torch.Tensor, x: torch.Tensor, k: int) -> torch.Tensor:
 
 def _mix(a: torch.Tensor, x: torch.Tensor, k: int) -> torch.Tensor:
     """``out[b, g, c, i, j] = Σ_o a[b, g, o, i, j] · x[b, g, c, i + u - r, j + w - r]``."""
+    if _small(x, k):
+        return (a.unsqueeze(2) * _unfolded(x, k)).sum(3)
     B, G, c, H, W = x.shape
     r = k // 2
     xp = F.pad(x.reshape(B, G * c, H, W), (r, r, r, r)).view(B, G, c, H + 2 * r, W + 2 * r)
@@ -90,12 +111,15 @@ def _mix(a: torch.Tensor, x: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def _scatter(a: torch.Tensor, x: torch.Tensor, k: int) -> torch.Tensor:
-    """Adjoint of both operators in their second argument: ``out[..., y, x'] = Σ_o a_o · x`` sent to the neighbour.
+    """Adjoint of both operators in their second argument: ``a_o · x`` sent to the neighbour at offset o.
 
     ``out[b, g, c, i + u - r, j + w - r] += a[b, g, o, i, j] · x[b, g, c, i, j]`` (dropping what leaves the image).
     """
     B, G, c, H, W = x.shape
     r = k // 2
+    if _small(x, k):
+        cols = (a.unsqueeze(2) * x.unsqueeze(3)).reshape(B, G * c * k * k, H * W)  # (B, G·c·k², H·W)
+        return F.fold(cols, (H, W), k, padding=r).view(B, G, c, H, W)  # fold = adjoint of unfold
     outp = x.new_zeros(B, G, c, H + 2 * r, W + 2 * r)
     for o in range(k * k):
         u, w = divmod(o, k)
