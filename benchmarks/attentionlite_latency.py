@@ -13,7 +13,8 @@ in-place accumulation and hand-written backward) vs ``local_attention_unfold`` (
 values, the relative-embedding table materialised per pixel, autograd), forward and forward+backward,
 at the shapes of SA-ResNet26's stages (batch 8) and of the demo student's first stage (batch 64).
 
-Each timing is the median of --repeat runs after --warmup. One thread (torch.set_num_threads(1)).
+Each timing is the minimum of --repeat rounds after --warmup, the compared functions interleaved in
+every round (ratios compare timings taken under the same load). One thread (torch.set_num_threads(1)).
 
 Usage: PYTHONPATH=. python benchmarks/attentionlite_latency.py [--repeat 10] [--warmup 2] [--skip-paper]
 """
@@ -26,7 +27,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import copy  # noqa: E402
-import statistics  # noqa: E402
 import time  # noqa: E402
 from typing import Callable  # noqa: E402
 
@@ -44,15 +44,19 @@ from methods.attentionlite import (  # noqa: E402
 )
 
 
-def median_ms(fn: Callable[[], object], repeat: int, warmup: int) -> float:
+def round_robin_ms(fns: dict[str, Callable[[], object]], repeat: int, warmup: int) -> dict[str, float]:
+    """Minimum ms of each function over ``repeat`` rounds, the functions interleaved within every round
+    (so that every ratio compares timings taken under the same load of a shared machine)."""
     for _ in range(warmup):
-        fn()
-    times = []
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: min(t) * 1e3 for name, t in times.items()}
 
 
 @torch.no_grad()
@@ -64,17 +68,15 @@ def models_part(title: str, teacher: torch.nn.Module, student: torch.nn.Module, 
             "student column d=0.5 (shrunk)": shrink(masked, hook.weight_masks())}
     print(f"\n{title}: input {tuple(x.shape)}, realised density {hook.realised_density():.3f}")
     print(f"  {'model':32s} {'MMACs':>8s} {'params':>9s} {'ms':>8s} {'/teacher':>9s}")
-    base = None
+    ms = round_robin_ms({name: (lambda m=model: m(x)) for name, model in rows.items()}, repeat, warmup)
     for name, model in rows.items():
         macs = count_macs_sparse(model, x)["dense"] / 1e6 * x.shape[0]
         params = sum(p.numel() for p in model.parameters())
-        ms = median_ms(lambda m=model: m(x), repeat, warmup)
-        base = base or ms
-        print(f"  {name:32s} {macs:8.1f} {params:9d} {ms:8.2f} {ms / base:9.2f}")
+        print(f"  {name:32s} {macs:8.1f} {params:9d} {ms[name]:8.2f} {ms[name] / ms['teacher']:9.2f}")
 
 
 def attention_part(shapes: list[tuple[int, int, int, int, int]], repeat: int, warmup: int) -> None:
-    print("\nLocalSelfAttention: ours (neighbour offset loops) vs naive unfold; ms, ratio naive / ours")
+    print("\nLocalSelfAttention: ours (neighbour operators) vs naive unfold; ms, ratio naive / ours")
     print(f"  {'B':>3s} {'C':>4s} {'HxW':>6s} {'k':>2s} {'heads':>5s} | {'fwd ours':>9s} {'naive':>9s} {'x':>5s} | "
           f"{'fwd+bwd ours':>12s} {'naive':>9s} {'x':>5s}")
     for B, C, H, k, heads in shapes:
@@ -83,11 +85,12 @@ def attention_part(shapes: list[tuple[int, int, int, int, int]], repeat: int, wa
         x = torch.randn(B, C, H, H)
         with torch.no_grad():
             torch.testing.assert_close(layer(x), local_attention_unfold(x, layer), rtol=1e-4, atol=1e-5)
-            f_ours = median_ms(lambda: layer(x), repeat, warmup)
-            f_naive = median_ms(lambda: local_attention_unfold(x, layer), repeat, warmup)
+            fwd = round_robin_ms({"ours": lambda: layer(x), "naive": lambda: local_attention_unfold(x, layer)},
+                                 repeat, warmup)
         xg = x.clone().requires_grad_()
-        b_ours = median_ms(lambda: layer(xg).sum().backward(), repeat, warmup)
-        b_naive = median_ms(lambda: local_attention_unfold(xg, layer).sum().backward(), repeat, warmup)
+        bwd = round_robin_ms({"ours": lambda: layer(xg).sum().backward(),
+                              "naive": lambda: local_attention_unfold(xg, layer).sum().backward()}, repeat, warmup)
+        f_ours, f_naive, b_ours, b_naive = fwd["ours"], fwd["naive"], bwd["ours"], bwd["naive"]
         print(f"  {B:3d} {C:4d} {H:>3d}x{H:<2d} {k:2d} {heads:5d} | {f_ours:9.2f} {f_naive:9.2f} {f_naive / f_ours:5.2f} | "
               f"{b_ours:12.2f} {b_naive:9.2f} {b_naive / b_ours:5.2f}")
 
@@ -100,7 +103,7 @@ def main() -> None:
     ap.add_argument("--skip-paper", action="store_true", help="skip the paper-size models (slowest part)")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    print(f"torch {torch.__version__}, 1 thread, median of {args.repeat} after {args.warmup} warm-up, "
+    print(f"torch {torch.__version__}, 1 thread, min of {args.repeat} interleaved rounds after {args.warmup} warm-up, "
           f"load average {os.getloadavg()[0]:.1f} at start")
     torch.manual_seed(0)
     if not args.skip_paper:
@@ -108,7 +111,8 @@ def main() -> None:
                     timm.create_model("sa_resnet26"), torch.randn(args.batch, 3, 32, 32), args.repeat, args.warmup)
     models_part("demo size: cnn_demo vs sa_resnet_demo", timm.create_model("cnn_demo"), timm.create_model("sa_resnet_demo"),
                 torch.randn(args.batch, 1, 28, 28), args.repeat, args.warmup)
-    shapes = [(8, 64, 32, 7, 8), (8, 128, 16, 7, 8), (8, 256, 8, 7, 8), (8, 512, 4, 7, 8), (64, 8, 28, 3, 2)]
+    shapes = [(8, 64, 32, 7, 8), (8, 128, 16, 7, 8), (8, 256, 8, 7, 8), (8, 512, 4, 7, 8), (1, 64, 32, 7, 8),
+              (64, 8, 28, 3, 2), (64, 16, 28, 3, 2)]
     attention_part(shapes, args.repeat, args.warmup)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 

@@ -93,7 +93,7 @@ def path(request, monkeypatch):
     """Both implementations of the neighbourhood operators (small operands take im2col, large an offset loop)."""
     import methods.attentionlite.attention as attention
 
-    monkeypatch.setattr(attention, "UNFOLD_BYTES", 1 << 40 if request.param == "unfold" else 0)
+    monkeypatch.setattr(attention, "UNFOLD_RATIO", 1e9 if request.param == "unfold" else 0.0)
     return request.param
 
 
