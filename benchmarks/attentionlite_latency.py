@@ -16,6 +16,21 @@ at the shapes of SA-ResNet26's stages (batch 8) and of the demo student's first 
 Each timing is the minimum of --repeat rounds after --warmup, the compared functions interleaved in
 every round (ratios compare timings taken under the same load). One thread (torch.set_num_threads(1)).
 
+Measured on the shared 2-core development VM (load average ≈ 3 during the run, one run; ratios are
+the meaningful part):
+
+  32×32, batch 1:  teacher 1298 MMACs 103 ms | SA-ResNet26 679 MMACs 1.25× | column d=0.5 shrunk 298 MMACs 1.12×
+  (batch 16 in a separate run: dense 1.33×, shrunk 1.17× the teacher's time)
+  28×28, batch 1:  cnn_demo 19.6 MMACs 2.2 ms | sa_resnet_demo 5.4 MMACs 4.09× | shrunk 2.6 MMACs 3.11×
+  (batch 64 in a separate run: dense 1.62×, shrunk 1.59×)
+  The students do 2–4× fewer MACs than their teachers but are not faster on a CPU: 1×1 convolutions,
+  gathers and 2k² element-wise neighbour products per attention layer run far below the GEMM rate of
+  the teachers' 3×3 convolutions. The paper reports FLOPs only.
+
+  attention layer, naive / ours (forward; forward+backward): B8 C64 32² k7 7.8×; 8.0× | C128 16² 8.7×; 10.0× |
+  C256 8² 3.3×; 1.3× | C512 4² 0.97×; 0.91× (both im2col there) | B1 C64 32² 2.6×; 2.4× |
+  B64 C8 28² k3 1.6×; 1.8× | B64 C16 28² k3 2.2×; 3.2×
+
 Usage: PYTHONPATH=. python benchmarks/attentionlite_latency.py [--repeat 10] [--warmup 2] [--skip-paper]
 """
 

@@ -29,7 +29,7 @@ Typical use::
 
 from .attention import (ColumnConv2d, ColumnLinear, LocalSelfAttention, local_attention_unfold, neighbour_dot,
                         neighbour_mask, neighbour_mix)
-from .config import PAPER_DENSITIES, SA_VARIANTS, DistillConfig, SAVariant, SparseConfig, VariantName
+from .config import DEMO_RECIPE, PAPER_DENSITIES, SA_VARIANTS, DemoRecipe, DistillConfig, SAVariant, SparseConfig, VariantName
 from .introspect import count_macs_sparse, count_params, layer_densities, query_attention, stage_at_maps
 from .losses import ATForm, Resize, SparseDistillationLoss, at_loss, at_map, kd_loss, stage_names
 from .paper import PAPER_TABLE1, PAPER_TABLE2, PaperRow, Reduction, cifar_resnet50, reductions
@@ -40,7 +40,7 @@ from .sparse import (PRUNINGS, Decay, Pruning, SparseMomentum, UpdateAt, check_d
                      column_masks_from_weights, prunable_layers, prune_rate, weight_masks_density)
 
 __all__ = [
-    "ATForm", "ColumnConv2d", "ColumnLinear", "Decay", "DistillConfig", "LocalSelfAttention", "PAPER_DENSITIES",
+    "ATForm", "ColumnConv2d", "DEMO_RECIPE", "DemoRecipe", "ColumnLinear", "Decay", "DistillConfig", "LocalSelfAttention", "PAPER_DENSITIES",
     "PAPER_TABLE1", "PAPER_TABLE2", "PRUNINGS", "PaperRow", "Pruning", "Reduction", "Resize", "SABottleneck",
     "SAVariant", "SA_VARIANTS", "SparseConfig", "SparseDistillationLoss", "SparseMomentum", "Stem", "UpdateAt", "VariantName",
     "at_loss", "at_map", "attention_layers", "build_sa_resnet", "check_density", "check_pruning", "cifar_resnet50",
