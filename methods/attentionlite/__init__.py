@@ -40,7 +40,8 @@ from .sparse import (PRUNINGS, Decay, Pruning, SparseMomentum, UpdateAt, check_d
                      column_masks_from_weights, prunable_layers, prune_rate, weight_masks_density)
 
 __all__ = [
-    "ATForm", "ColumnConv2d", "DEMO_RECIPE", "DemoRecipe", "ColumnLinear", "Decay", "DistillConfig", "LocalSelfAttention", "PAPER_DENSITIES",
+    "ATForm", "DEMO_RECIPE", "DemoRecipe",
+    "ColumnConv2d", "ColumnLinear", "Decay", "DistillConfig", "LocalSelfAttention", "PAPER_DENSITIES",
     "PAPER_TABLE1", "PAPER_TABLE2", "PRUNINGS", "PaperRow", "Pruning", "Reduction", "Resize", "SABottleneck",
     "SAVariant", "SA_VARIANTS", "SparseConfig", "SparseDistillationLoss", "SparseMomentum", "Stem", "UpdateAt", "VariantName",
     "at_loss", "at_map", "attention_layers", "build_sa_resnet", "check_density", "check_pruning", "cifar_resnet50",
