@@ -8,7 +8,7 @@ each trains to its accuracy target on the demo set in about a minute on a 2-core
 | name       | timm class          | layout                                                        |
 |------------|---------------------|---------------------------------------------------------------|
 | vit_demo   | VisionTransformer   | 28x28x1, patch 4 (7x7 grid + CLS), dim 64, depth 6, 4 heads   |
-| swin_demo  | SwinTransformer     | 28x28x1, patch 2 (14x14), window 7, dim 32, depths (2, 2), heads (2, 4) |
+| swin_demo  | SwinTransformer     | 32x32x1 (digits padded by the data pipeline), patch 2 (16x16), window 4, dim 24, depths (2, 2, 2), heads (3, 6, 12) |
 | cnn_demo   | ResNet (BasicBlock) | 28x28x1, 3x3 stem, channels (16, 32, 64, 128), one block per stage (strides 1, 2, 2, 2) |
 """
 
@@ -29,9 +29,9 @@ _DEMO_CFG = dict(num_classes=10, in_chans=1)
 DEMO_TEACHERS = {"vit": "vit_demo", "swin": "swin_demo", "cnn": "cnn_demo"}
 
 
-def _cfg(model: nn.Module, name: str) -> nn.Module:
+def _cfg(model: nn.Module, name: str, size: int = 28) -> nn.Module:
     model.pretrained_cfg = dict(
-        architecture=name, input_size=(1, 28, 28), mean=(0.1307,), std=(0.3081,), num_classes=10,
+        architecture=name, input_size=(1, size, size), mean=(0.1307,), std=(0.3081,), num_classes=10,
         crop_pct=1.0, interpolation="bilinear", first_conv="", classifier="head",
     )
     return model
@@ -53,10 +53,18 @@ def vit_demo(pretrained: bool = False, **kwargs) -> VisionTransformer:
 
 @register_model
 def swin_demo(pretrained: bool = False, **kwargs) -> SwinTransformer:
-    """Swin for 28x28 digits: stage 0 has 2x2 windows of 7x7 tokens (shifted in odd blocks)."""
+    """Swin for digits padded to 32x32, a scaled-down Swin-T (heads 3, 6, 12; window 4 instead of 7).
+
+    Patch 2 gives 16x16 tokens; windows of 4x4 tokens tile stage 0 into 4x4 = 16 windows, stage 1
+    (8x8 tokens) into 2x2 = 4 and the last stage (4x4 tokens) into one, so SlimSwin has 144 prunable
+    window-head pairs (2 x 16 x 3 + 2 x 4 x 6) in 4 layers of 2 stages; odd blocks of stages 0 and 1 use
+    shifted windows (shift 2). ``pretrained_cfg["input_size"]`` is ``(1, 32, 32)``: the workbench's data
+    pipeline pads the 28x28 digits to it.
+    """
     _no_pretrained(pretrained, "swin_demo")
-    args = dict(img_size=28, patch_size=2, window_size=7, embed_dim=32, depths=(2, 2), num_heads=(2, 4), mlp_ratio=2.0)
-    return _cfg(SwinTransformer(**{**args, **_kw(kwargs)}), "swin_demo")
+    args = dict(img_size=32, patch_size=2, window_size=4, embed_dim=24, depths=(2, 2, 2), num_heads=(3, 6, 12),
+                mlp_ratio=2.0)
+    return _cfg(SwinTransformer(**{**args, **_kw(kwargs)}), "swin_demo", size=32)
 
 
 @register_model

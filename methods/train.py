@@ -9,10 +9,16 @@ One loop, composed from small parts instead of subclassed:
 - :class:`TrainHook` objects see the model and the optimizer after every optimizer step and at
   the end of every epoch (re-applying pruning masks, sparse momentum's prune-and-regrow), and put
   their own state (masks, schedules) into the epoch checkpoint, so that a resumed run is exact;
-- ``on_epoch_end(epoch, metrics)`` receives the epoch's metrics (a run record writes them).
+- ``on_epoch_end(epoch, metrics)`` receives the epoch's metrics (a run record writes them);
+- ``batch_transform(images, targets) -> (images, targets)`` runs on every training batch on the
+  device (e.g. ``timm.data.Mixup`` for mixup / cutmix, with a soft-target ``loss_fn``), and
+  ``sampler(dataset, world_size, rank)`` replaces the shuffling (e.g. timm's ``RepeatAugSampler``
+  for repeated augmentation); see :func:`mixup_cutmix` and :func:`repeated_augmentation`.
 
-Determinism and resume: every epoch reseeds torch's generator with ``seed + epoch`` and shuffles
-with a generator seeded the same way, so an interrupted run that resumes from its last epoch
+Determinism and resume: every epoch reseeds torch's, NumPy's and Python's generators from
+``seed + epoch`` (augmentations draw from all three: timm's Mixup from NumPy, RandAugment from
+Python; DataLoader workers are seeded from torch's) and shuffles with a generator seeded the same
+way (a ``sampler`` gets ``set_epoch``), so an interrupted run that resumes from its last epoch
 checkpoint ends with the same weights and metrics as an uninterrupted one (on the CPU).
 Checkpoints are written atomically (temporary file + rename): the model as safetensors, the
 optimizer and schedule state as a tensors-only ``.pt`` read back with ``weights_only=True``.
@@ -27,21 +33,27 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import random
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Literal
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from methods.io import atomic_save_safetensors, atomic_torch_save
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
+#: ``(images, targets) -> (images, targets)`` applied to every training batch on the device (e.g. mixup).
+BatchTransform = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+#: ``(dataset, world_size, rank) -> sampler`` with ``set_epoch(epoch)``; one rank's share of every epoch.
+SamplerFactory = Callable[[Dataset, int, int], Sampler]
 
 
 class TrainHook:
@@ -155,6 +167,43 @@ def cross_entropy(label_smoothing: float = 0.0) -> LossFn:
     return loss_fn
 
 
+def soft_target_cross_entropy() -> LossFn:
+    """Cross-entropy against soft targets ``(B, K)`` (timm's ``SoftTargetCrossEntropy``), for mixup / cutmix."""
+    from timm.loss import SoftTargetCrossEntropy
+
+    criterion = SoftTargetCrossEntropy()
+
+    def loss_fn(model, images, targets):
+        loss = criterion(model(images), targets)
+        return loss, {"ce": loss.item()}
+
+    return loss_fn
+
+
+def mixup_cutmix(num_classes: int, mixup: float = 0.8, cutmix: float = 1.0, label_smoothing: float = 0.1,
+                 switch_prob: float = 0.5) -> BatchTransform:
+    """timm's ``Mixup`` (mixup / cutmix with smoothed soft targets, DeiT's defaults) as a ``batch_transform``.
+
+    Pair it with :func:`soft_target_cross_entropy`. Batches must have an even size (``fit`` drops the last
+    incomplete batch when a ``batch_transform`` is given).
+    """
+    from timm.data import Mixup
+
+    return Mixup(mixup_alpha=mixup, cutmix_alpha=cutmix, switch_prob=switch_prob, mode="batch",
+                 label_smoothing=label_smoothing, num_classes=num_classes)
+
+
+def repeated_augmentation(repeats: int = 3) -> SamplerFactory:
+    """timm's ``RepeatAugSampler`` (DeiT's repeated augmentation: each image ``repeats`` times per epoch,
+    spread over the ranks, epoch length kept at about one pass) as a ``sampler`` for :func:`fit`."""
+    from timm.data.distributed_sampler import RepeatAugSampler
+
+    def make(dataset: Dataset, world: int, rank: int) -> Sampler:
+        return RepeatAugSampler(dataset, num_replicas=world, rank=rank, shuffle=True, num_repeats=repeats)
+
+    return make
+
+
 # --------------------------------------------------------------------------------------------
 # Checkpoints
 # --------------------------------------------------------------------------------------------
@@ -230,6 +279,8 @@ def fit(
     on_epoch_end: Callable[[int, dict], None] | None = None,
     params: Iterable[nn.Parameter] | None = None,
     stop_after: int | None = None,
+    batch_transform: BatchTransform | None = None,
+    sampler: SamplerFactory | None = None,
 ) -> list[dict]:
     """Train ``model`` in place and return per-epoch metrics.
 
@@ -245,6 +296,14 @@ def fit(
         on_epoch_end: called on rank 0 with ``(epoch, metrics)`` after each epoch's checkpoint.
         params: parameters to optimise (default: those with ``requires_grad``).
         stop_after: stop after this many epochs of this call (to simulate an interruption).
+        batch_transform: applied to every training batch on the device, before ``loss_fn`` (e.g.
+            :func:`mixup_cutmix`); the last incomplete batch of an epoch is then dropped.
+        sampler: builds the training sampler from ``(train_set, world_size, rank)`` instead of a plain
+            shuffle (or ``DistributedSampler`` under DDP), e.g. :func:`repeated_augmentation`.
+
+    Raises:
+        ValueError: nothing to train, or fewer training images than one batch when batches are dropped.
+        FloatingPointError: a non-finite loss.
     """
     from timm.optim import create_optimizer_v2
     from timm.scheduler import create_scheduler_v2
@@ -253,7 +312,8 @@ def fit(
     if device.type == "cpu" and cfg.cpu_threads:
         with cpu_threads(cfg.cpu_threads):
             return fit(model, train_set, val_set, replace(cfg, cpu_threads=None), loss_fn=loss_fn, hooks=hooks,
-                       ckpt_dir=ckpt_dir, on_epoch_end=on_epoch_end, params=params, stop_after=stop_after)
+                       ckpt_dir=ckpt_dir, on_epoch_end=on_epoch_end, params=params, stop_after=stop_after,
+                       batch_transform=batch_transform, sampler=sampler)
     rank, world = init_distributed()
     hooks = [h if isinstance(h, TrainHook) else _StepFn(h) for h in hooks]
     model.to(device)
@@ -263,8 +323,18 @@ def fit(
         raise ValueError("nothing to train: no parameter requires grad")
     optimizer = create_optimizer_v2(trainable, opt=cfg.opt, lr=cfg.lr, weight_decay=cfg.weight_decay)
     per_rank = max(1, cfg.batch_size // world)
-    sampler = DistributedSampler(train_set, world, rank, shuffle=True, seed=cfg.seed, drop_last=True) if world > 1 else None
-    updates_per_epoch = len(train_set) // (per_rank * world) if world > 1 else math.ceil(len(train_set) / per_rank)
+    if sampler is not None:
+        train_sampler = sampler(train_set, world, rank)
+    elif world > 1:
+        train_sampler = DistributedSampler(train_set, world, rank, shuffle=True, seed=cfg.seed, drop_last=True)
+    else:
+        train_sampler = None  # a plain shuffle, seeded per epoch
+    drop_last = world > 1 or batch_transform is not None  # DDP: equal steps on every rank; mixup: even batches
+    per_epoch = len(train_sampler) if train_sampler is not None else len(train_set)  # samples of this rank
+    updates_per_epoch = per_epoch // per_rank if drop_last else math.ceil(per_epoch / per_rank)
+    if updates_per_epoch == 0:
+        raise ValueError(f"the training set gives {per_epoch} samples per epoch and rank, fewer than one batch of "
+                         f"{per_rank}; lower the batch size")
     scheduler, _ = create_scheduler_v2(
         optimizer, sched=cfg.sched, num_epochs=cfg.epochs, warmup_epochs=cfg.warmup_epochs,
         warmup_lr=cfg.warmup_lr, min_lr=cfg.min_lr, step_on_epochs=False, updates_per_epoch=max(1, updates_per_epoch),
@@ -276,10 +346,12 @@ def fit(
             start, num_updates, history = restored
     scheduler.step_update(num_updates)
     train_model = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    pin = device.type == "cuda"  # pinned host memory: asynchronous copies to the GPU
     val_loader = None
     if val_set is not None:
         val_sampler = DistributedSampler(val_set, world, rank, shuffle=False) if world > 1 else None
-        val_loader = DataLoader(val_set, batch_size=256, sampler=val_sampler, num_workers=cfg.num_workers)
+        val_loader = DataLoader(val_set, batch_size=256, sampler=val_sampler, num_workers=cfg.num_workers,
+                                pin_memory=pin)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.amp and device.type == "cuda")
 
     collate = getattr(train_set, "collate_fn", None)  # a dataset may batch its own augmentation
@@ -288,19 +360,26 @@ def fit(
         if stop_after is not None and done >= stop_after:
             break
         t0 = time.perf_counter()
-        torch.manual_seed(cfg.seed * 1000 + epoch * 7919 + rank)  # augmentation randomness per epoch/rank
-        if sampler is not None:
-            sampler.set_epoch(epoch)
-            loader = DataLoader(train_set, batch_size=per_rank, sampler=sampler, num_workers=cfg.num_workers, drop_last=True, collate_fn=collate)
+        epoch_seed = cfg.seed * 1000 + epoch * 7919 + rank  # augmentation randomness per epoch/rank
+        torch.manual_seed(epoch_seed)
+        np.random.seed(epoch_seed % 2**32)  # timm's Mixup
+        random.seed(epoch_seed)  # timm's RandAugment / RandomErasing without DataLoader workers
+        loader_kw = dict(batch_size=per_rank, num_workers=cfg.num_workers, drop_last=drop_last, collate_fn=collate,
+                         pin_memory=pin)
+        if train_sampler is not None:
+            train_sampler.set_epoch(epoch)
+            loader = DataLoader(train_set, sampler=train_sampler, **loader_kw)
         else:
             gen = torch.Generator().manual_seed(cfg.seed * 1000 + epoch)
-            loader = DataLoader(train_set, batch_size=per_rank, shuffle=True, generator=gen, num_workers=cfg.num_workers, collate_fn=collate)
+            loader = DataLoader(train_set, shuffle=True, generator=gen, **loader_kw)
         train_model.train()
         sums: dict[str, float] = {}
         n_batches = 0
         bar = _progress(loader, f"epoch {epoch + 1}/{cfg.epochs}", cfg.progress and rank == 0)
         for images, targets in bar:
             images, targets = images.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+            if batch_transform is not None:
+                images, targets = batch_transform(images, targets)
             with autocast:
                 loss, parts = loss_fn(train_model, images, targets)
             if not torch.isfinite(loss):

@@ -54,6 +54,26 @@ def test_figures_list_and_render(tmp_path, capsys, smoke_teacher):
     assert "teacher.fig2" in index and "checkpoint_sha256" in index and "teacher-vit-smoke" in index
 
 
+def test_analyze_a_flat_folder_of_photos(tmp_path, smoke_teacher):
+    """--images takes a plain folder of photos (no class sub-folders): labels unknown (-1)."""
+    import numpy as np
+    import skimage.data
+    from PIL import Image
+
+    from workbench.store import open_store
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for name in ("chelsea", "astronaut", "coffee"):
+        Image.fromarray(getattr(skimage.data, name)()).save(photos / f"{name}.jpg")
+    out = tmp_path / "flat.nc"
+    run = smoke_teacher("vit")
+    assert main(["analyze", "attention", "--model", run.id, "--images", f"{photos}[:2]", "--out", str(out)]) == 0
+    ds = open_store(out, load=True)
+    assert ds["label"].values.tolist() == [-1, -1] and ds["image"].shape == (2, 28, 28)
+    assert str(photos) in ds.attrs["data"] and np.isfinite(ds["attention"].values).all()
+
+
 def _err(argv, capsys):
     code = main(argv)
     err = capsys.readouterr().err

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.data import DataError, DemoDataset, check_image_folder, demo_split_indices, load_images
+from workbench.data import (DataError, DemoDataset, check_image_folder, demo_split_indices, image_folder, load_images,
+                            scan_image_folder)
 
 
 def test_demo_split_fixed_stratified_disjoint():
@@ -52,19 +53,64 @@ def _folder(tmp_path, files):
     return tmp_path
 
 
+def _photos(root, names=("astronaut", "chelsea", "coffee", "rocket")):
+    """A flat folder of the bundled skimage photos, as a user's folder of JPEGs and PNGs."""
+    import skimage.data
+    from PIL import Image
+
+    root.mkdir(parents=True, exist_ok=True)
+    for i, name in enumerate(names):
+        Image.fromarray(getattr(skimage.data, name)()).save(root / f"{name}.{'jpg' if i % 2 else 'png'}")
+    return root
+
+
 def test_image_folder_spec(tmp_path):
     root = _folder(tmp_path / "d", ["a/1.png", "a/2.png", "b/3.png"])
     b = load_images(f"{root}[:2]", input_size=(3, 32, 32))
-    assert b.tensor.shape == (2, 3, 32, 32)
+    assert b.tensor.shape == (2, 3, 32, 32) and b.labels.tolist() == [0, 0]
+    b = load_images(str(root), input_size=(3, 32, 32))
+    assert b.labels.tolist() == [0, 0, 1] and b.source.dataset == str(root)
+    # the same order and labels as torchvision's ImageFolder and our training dataset
+    from torchvision.datasets import ImageFolder
+
+    tv = ImageFolder(str(root))
+    ds = image_folder(root, input_size=(3, 32, 32), is_training=False)
+    assert [str(p) for p in scan_image_folder(root).files] == [p for p, _ in tv.samples]
+    assert ds.targets == tv.targets and ds.classes == tv.classes and ds[2][0].shape == (3, 32, 32)
+
+
+def test_flat_folder_of_photos(tmp_path):
+    import skimage.data
+
+    root = _photos(tmp_path / "photos")
+    b = load_images(str(root), input_size=(3, 64, 64))
+    assert b.tensor.shape == (4, 3, 64, 64) and b.labels.tolist() == [-1] * 4  # labels unknown
+    assert b.source.indices == [0, 1, 2, 3] and b.source.dataset == str(root)
+    # name order: astronaut, chelsea, coffee, rocket; the pixels are the photo's (PNG is lossless)
+    ref = load_images("skimage:astronaut", input_size=(3, 64, 64))
+    np.testing.assert_allclose(b.display[0], ref.display[0], atol=1e-6)
+    assert scan_image_folder(root).flat and [p.stem for p in scan_image_folder(root).files] == \
+        ["astronaut", "chelsea", "coffee", "rocket"]
+    b = load_images(f"{root}[1:3]", input_size=(1, 28, 28))
+    assert b.tensor.shape == (2, 1, 28, 28) and b.source.indices == [1, 2]
+    grey = skimage.data.camera()  # a grey photo converts to RGB
+    from PIL import Image
+
+    Image.fromarray(grey).save(root / "zz_camera.png")
+    assert load_images(f"{root}[-1]", input_size=(3, 32, 32)).display.shape == (1, 32, 32, 3)
+    with pytest.raises(DataError, match="no class sub-folders.*labels"):
+        check_image_folder(root)  # training needs classes
 
 
 @pytest.mark.parametrize("case, match", [
     ("missing", "does not exist"),
-    ("empty", "no class sub-folders"),
+    ("empty", "no images and no class sub-folders"),
     ("empty_classes", "is empty"),
     ("non_image", "non-image file"),
+    ("flat_non_image", "non-image file"),
+    ("mixed", "mixes files"),
 ])
-def test_bad_folders(tmp_path, case, match):
+def test_bad_folders_for_images(tmp_path, case, match):
     root = tmp_path / "data"
     if case == "empty":
         root.mkdir()
@@ -72,8 +118,34 @@ def test_bad_folders(tmp_path, case, match):
         (root / "cat").mkdir(parents=True)
     elif case == "non_image":
         _folder(root, ["cat/1.png", "cat/notes.txt"])
+    elif case == "flat_non_image":
+        _folder(root, ["1.png", "notes.txt"])
+    elif case == "mixed":
+        _folder(root, ["cat/1.png", "2.png"])
     with pytest.raises(DataError, match=match):
-        check_image_folder(root)
+        load_images(str(root), input_size=(3, 32, 32))
+
+
+def test_corrupt_image_is_a_clear_error(tmp_path):
+    root = tmp_path / "photos"
+    root.mkdir()
+    (root / "broken.png").write_bytes(b"not a png")
+    with pytest.raises(DataError, match="cannot read image"):
+        load_images(str(root), input_size=(3, 32, 32))
+
+
+def test_demo_digits_padded_to_the_model_input():
+    """A 32 x 32 model (swin_demo) gets the 28 x 28 digits centred on black, the same in training and in specs."""
+    x28 = DemoDataset("val", limit=3)
+    x32 = DemoDataset("val", limit=3, input_size=(1, 32, 32))
+    a, b = x28[0][0], x32[0][0]
+    assert b.shape == (1, 32, 32) and torch.equal(b[:, 2:30, 2:30], a)
+    background = b[0, 0, 0]
+    assert torch.all(b[:, :2] == background) and torch.all(b[:, :, 30:] == background)
+    spec = load_images("demo:val[:3]", input_size=(1, 32, 32))
+    assert torch.equal(spec.tensor[0], b) and spec.display.shape == (3, 32, 32)
+    with pytest.raises(DataError, match="cannot train on it"):
+        DemoDataset("val", limit=3, input_size=(3, 224, 224))
 
 
 @pytest.mark.parametrize("spec, match", [

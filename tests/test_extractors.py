@@ -48,10 +48,10 @@ def _far():
 # name -> (model factory, input shape (B, C, H, W), layers subset to test)
 CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...], list[int]]] = {
     "attention": (_vit, (2, 1, 28, 28), [0, 2]),
-    "window_attention": (_swin, (2, 1, 28, 28), [0, 1]),
+    "window_attention": (_swin, (2, 1, 32, 32), [0, 1]),
     "retention": (_far, (2, 1, 28, 28), [0, 2]),
     "dependency": (_far, (2, 1, 28, 28), [0, 2]),
-    "window_saliency": (_swin, (2, 1, 28, 28), [0, 1]),
+    "window_saliency": (_swin, (2, 1, 32, 32), [0, 1]),
 }
 
 

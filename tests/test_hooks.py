@@ -33,8 +33,9 @@ def test_vit_pattern_is_softmax_of_q_and_k_and_flags_are_restored(vit):
 def test_swin_and_cnn_adapters():
     torch.manual_seed(0)
     swin = timm.create_model("swin_demo").eval()
-    _, cache = run_with_cache(swin, torch.randn(1, 1, 28, 28), names="layers.*.blocks.*.attn.hook_pattern")
-    assert [tuple(v.shape) for v in cache.values()] == [(4, 2, 49, 49)] * 2 + [(1, 4, 49, 49)] * 2
+    _, cache = run_with_cache(swin, torch.randn(1, 1, 32, 32), names="layers.*.blocks.*.attn.hook_pattern")
+    # (windows, heads, tokens, tokens): 16 / 4 / 1 windows of 4 x 4 tokens, heads 3 / 6 / 12
+    assert [tuple(v.shape) for v in cache.values()] == [(16, 3, 16, 16)] * 2 + [(4, 6, 16, 16)] * 2 + [(1, 12, 16, 16)] * 2
     cnn = timm.create_model("cnn_demo").eval()
     x = torch.randn(1, 1, 28, 28)
     _, cache = run_with_cache(cnn, x, names="stages.*.hook_out")

@@ -12,16 +12,16 @@ import timm
 import torch
 import torch.nn.functional as F
 from timm.models.swin_transformer import SwinTransformer, window_partition
-from torch.utils.flop_counter import FlopCounterMode
-
 import methods.slimswin as ss
+import methods.teachers  # noqa: F401  (registers swin_demo)
+from methods.flops import count_macs
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def demo_swin(**kwargs) -> SwinTransformer:
-    """The workbench's demo Swin: 28x28x1, patch 2 (14x14 tokens), window 7, stage 0 shifted by 3."""
+    """A small Swin (the workbench's first demo layout): 28x28x1, patch 2 (14x14 tokens), window 7, stage 0 shifted by 3."""
     args = dict(img_size=28, patch_size=2, in_chans=1, window_size=7, embed_dim=32, depths=(2, 2), num_heads=(2, 4),
                 num_classes=10, drop_path_rate=0.0)
     torch.manual_seed(0)
@@ -77,12 +77,25 @@ def test_demo_geometry_and_config_agree():
     geos = ss.swin_layers(model)
     assert [(g.num_windows, g.num_heads, g.shift_size) for g in geos] == [(4, 2, (0, 0)), (4, 2, (3, 3)),
                                                                           (1, 4, (0, 0)), (1, 4, (0, 0))]
-    assert ss.swin_layers(ss.SWIN_DEMO.replace(mlp_ratio=4.0)) == geos  # SWIN_DEMO mirrors swin_demo (mlp 2)
-    assert ss.SwinConfig.from_model(model) == ss.SWIN_DEMO.replace(mlp_ratio=4.0)
+    small = ss.SwinConfig(img_size=28, patch_size=2, in_chans=1, embed_dim=32, depths=(2, 2), num_heads=(2, 4),
+                          window_size=7, num_classes=10)
+    assert ss.swin_layers(small) == geos and ss.SwinConfig.from_model(model) == small
     assert ss.swin_layers(padded_swin())[1].padded_resolution == (21, 21)
     centers = ss.window_centers(model)
     assert torch.allclose(centers[0][0], torch.tensor([3.0, 3.0], dtype=torch.float64))
     assert torch.allclose(centers[1][0], torch.tensor([6.0, 6.0], dtype=torch.float64))  # shifted by 3
+
+
+def test_workbench_demo_swin_has_prunable_pairs_in_two_stages():
+    """swin_demo (32x32, patch 2, window 4): 16 / 4 / 1 windows per stage, the last stage not prunable (§V-A)."""
+    model = timm.create_model("swin_demo")
+    assert ss.SwinConfig.from_model(model) == ss.SWIN_DEMO and ss.swin_layers(model) == ss.swin_layers(ss.SWIN_DEMO)
+    geos = ss.swin_layers(model)
+    layers = ss.prunable_layers(model)
+    assert [g.num_windows for g in geos] == [16, 16, 4, 4, 1, 1] and [g.shifted for g in geos[:4]] == [False, True] * 2
+    assert layers == [0, 1, 2, 3] and {geos[l].stage for l in layers} == {0, 1}
+    assert [geos[l].num_pairs for l in layers] == [48, 48, 24, 24]  # 144 prunable pairs
+    assert model.pretrained_cfg["input_size"] == (1, 32, 32)
 
 
 # --------------------------------------------------------------------------- gates and pruned inference
@@ -133,7 +146,7 @@ def test_pruned_equals_gated(make, strategy):
     assert (pruned64(x.double()) - model64(x.double())).abs().max() <= 1e-10
 
 
-def test_pruned_skips_work_flop_counter_equals_mac_count():
+def test_pruned_skips_work_counted_macs_equal_mac_count():
     model = ss.add_gates(padded_swin())
     masks = random_masks(model)
     ss.set_mask(model, masks)
@@ -141,11 +154,28 @@ def test_pruned_skips_work_flop_counter_equals_mac_count():
     macs = ss.attention_macs(model)
     for geo, dense_block, block in zip(ss.swin_layers(model), ss.swin_blocks(padded_swin()), ss.swin_blocks(pruned)):
         x = torch.randn(2 * geo.num_windows, geo.window_area, geo.dim)
+        dense_block.attn.fused_attn = True  # timm's SDPA path
         for attn, expected in ((block.attn, macs[geo.layer]["total"]),
                                (dense_block.attn, ss.attention_macs(padded_swin())[geo.layer]["total"])):
-            with FlopCounterMode(display=False) as counter:
-                attn(x, mask=dense_block.attn_mask)
-            assert counter.get_total_flops() == 2 * 2 * expected, geo.layer  # FLOPs = 2 MACs, batch 2
+            assert count_macs(attn, x, mask=dense_block.attn_mask).total == 2 * expected, geo.layer  # batch 2
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_analytic_counts_equal_count_macs_whatever_the_attention_kernel(fused):
+    """attention_macs / swin_flops_breakdown (counted from the architecture) equal the dispatcher count of
+    methods.flops.count_macs on timm's own modules, with timm's fused SDPA attention on or off."""
+    for model in (timm.create_model("swin_demo", drop_path_rate=0.0), padded_swin()):
+        model.eval()
+        for block in ss.swin_blocks(model):
+            block.attn.fused_attn = fused
+        counted = count_macs(model, torch.randn(2, 1, *model.patch_embed.img_size))
+        if fused:
+            assert any(op.startswith("_scaled_dot_product") for op in counted.by_op), counted.by_op
+        per_layer = ss.attention_macs(model)
+        for geo in ss.swin_layers(model):
+            assert counted.within(f"layers.{geo.stage}.blocks.{geo.block}.attn") == 2 * per_layer[geo.layer]["total"]
+        breakdown = ss.swin_flops_breakdown(model)
+        assert counted.total == 2 * (breakdown["total"] - breakdown["norm"])  # count_macs counts no LayerNorm
 
 
 # --------------------------------------------------------------------------- saliency
@@ -334,13 +364,37 @@ def test_paper_table_numbers():
     tiny = ss.sum_macs(ss.attention_macs(ss.SWIN_TINY))
     assert abs(base / ss.PAPER_ATTENTION_MACS["swin_base"] - 1) < 0.001  # 5.2374e9 vs 5.24e9
     assert abs(tiny - 1.5274e9) < 1e6  # not the paper's 2.61e9 ...
-    tiny_at_base_width = ss.sum_macs(ss.attention_macs(ss.SWIN_TINY.replace(embed_dim=128)))
-    assert abs(tiny_at_base_width / ss.PAPER_ATTENTION_MACS["swin_tiny"] - 1) < 0.001  # ... which is C = 128
+    clean_c128 = ss.sum_macs(ss.attention_macs(ss.SWIN_TINY.replace(embed_dim=128, num_heads=(4, 8, 16, 32))))
+    assert abs(clean_c128 - 2.6526e9) < 1e6  # ... nor is Swin-T's depths at C = 128 (1.6 % off)
     breakdown = ss.swin_flops_breakdown(ss.SWIN_TINY)
     assert abs(breakdown["total"] / 4.5e9 - 1) < 0.01  # Swin-T's published 4.5 G(MAC)
     assert breakdown["attn_qkv"] + breakdown["attn_matmul"] + breakdown["attn_proj"] == tiny
     assert ss.swin_flops_breakdown(ss.SWIN_TINY, unit="flops")["total"] == 2 * breakdown["total"]
     assert len(ss.PAPER_TABLE_I) == 10
+
+
+def test_table_one_ratios_algorithm_one_reaches():
+    """Algorithm 1 at i = 32 reaches 1/3 ... 2/3 of Swin-T's pairs exactly, but not 4/9, 5/9 of Swin-B's; the
+    paper's Swin-B reductions are the exact fractions times the prunable MAC share."""
+    for cfg, expected in ((ss.SWIN_TINY, [288, 384, 480, 576]), (ss.SWIN_BASE, [640, 864, 1088, 1280])):
+        layers = ss.prunable_layers(cfg)
+        total = sum(ss.swin_layers(cfg)[l].num_pairs for l in layers)
+        pairs = [ss.pairs_to_prune(total, r, 32) for r in ss.PAPER_RATIOS]
+        assert pairs == expected and all(p % 32 == 0 for p in pairs)
+        for n in (0, 7, *pairs, total):
+            masks = ss.uniform_masks(cfg, n)
+            pruned = [int((~m).sum()) for m in masks]
+            assert sum(pruned) == n and all(pruned[l] == 0 for l in range(len(masks)) if l not in layers)
+            # proportional to each layer's pairs, to within one pair
+            assert all(abs(pruned[l] - n * masks[l].numel() / total) < 1 for l in layers)
+    base = ss.SWIN_BASE
+    dense = ss.sum_macs(ss.attention_macs(base))
+    share = ss.sum_macs(ss.attention_macs(base), layers=ss.prunable_layers(base)) / dense
+    printed = [row.reduction_pct for row in ss.PAPER_TABLE_I if row.model == "swin_base" and row.ratio]
+    assert all(abs(100 * r * share - p) < 0.05 for r, p in zip(ss.PAPER_RATIOS, printed))
+    with pytest.raises(ValueError, match="more than the 864"):
+        ss.pairs_to_prune(864, 0.99, 100)
+    assert ss.pairs_to_prune(16, 0.5, 3, already=2) == 8  # 2 already, then 3 + 3
 
 
 @pytest.mark.parametrize("strategy", ["auto", "window_groups", "head_groups"])

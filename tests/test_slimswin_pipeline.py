@@ -46,15 +46,15 @@ def _state(run):
 def test_run_end_to_end(run033, teacher):
     res = run033.manifest["results"]
     assert run033.id == "slimswin-r0.33-swin-smoke" and run033.status == "complete"
-    # 16 prunable pairs, 2 per iteration (smoke): ceil(0.33 * 16) = 6 pairs in 3 iterations
-    assert (res["pruned_pairs"], res["prunable_pairs"], res["iterations"], res["ratio"]) == (6, 16, 3, 0.375)
+    # 144 prunable pairs, 16 per iteration (smoke): ceil(0.33 * 144) = 48 pairs in 3 iterations
+    assert (res["pruned_pairs"], res["prunable_pairs"], res["iterations"]) == (48, 144, 3) and res["ratio"] == 48 / 144
     history = load_history(run033)
     steps = history["steps"]
     pairs = [tuple(p) for s in steps for p in s["pruned"]]
-    assert [len(s["pruned"]) for s in steps] == [2, 2, 2] and len(set(pairs)) == 6  # never twice
+    assert [len(s["pruned"]) for s in steps] == [16, 16, 16] and len(set(pairs)) == 48  # never twice
     masks = load_masks(run033)
     assert {(l, w, h) for l, m in enumerate(masks) for w, h in zip(*np.nonzero(~m.numpy()))} == set(pairs)
-    assert masks[2].all() and masks[3].all()  # the last stage is never pruned
+    assert masks[4].all() and masks[5].all()  # the last stage is never pruned
     # every iteration pruned its least salient active pairs (saliency recorded per iteration)
     for step in steps:
         for (l, w, h), score in zip(step["pruned"], step["scores"]):
@@ -62,7 +62,7 @@ def test_run_end_to_end(run033, teacher):
     # load_model rebuilds the gated model with the run's masks; pruned inference equals it
     loaded = load_model(run033.id)
     assert ss.is_gated(loaded.model) and all(torch.equal(a, b) for a, b in zip(ss.get_masks(loaded.model), masks))
-    x = torch.randn(3, 1, 28, 28)
+    x = torch.randn(3, 1, 32, 32)
     with torch.no_grad():
         assert (pruned_model(run033)(x) - loaded.model(x)).abs().max() <= 1e-5
     assert res["attention_macs"] == ss.sum_macs(ss.attention_macs(loaded.model))
@@ -78,7 +78,7 @@ class Interrupted(Exception):
 
 
 def test_interrupted_run_resumes_to_the_same_result(teacher):
-    full = run_slimswin(teacher, 0.2, "smoke", device="cpu", log=quiet)  # 4 pairs: 2 iterations
+    full = run_slimswin(teacher, 0.2, "smoke", device="cpu", log=quiet)  # 29 pairs needed: 2 iterations of 16
     reference, ref_history = _state(full), load_history(full)
 
     def crash_after_first_iteration(msg):
@@ -118,7 +118,7 @@ def test_chained_run_equals_a_run_from_the_teacher(run033, teacher):
 def test_cli_run_and_bad_inputs(run033, teacher, smoke_teacher, capsys):
     assert main(["run", "slimswin", "--teacher", teacher.id, "--ratio", "0.33", "--profile", "smoke", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
-    assert "reusing complete run slimswin-r0.33-swin-smoke" in out and "pruned 6/16" in out
+    assert "reusing complete run slimswin-r0.33-swin-smoke" in out and "pruned 48/144" in out
     cnn = smoke_teacher("cnn")
     before = sorted(p.name for p in runs_root().iterdir())
     for ratio in ("1.5", "0", "1", "-0.2"):
@@ -128,7 +128,7 @@ def test_cli_run_and_bad_inputs(run033, teacher, smoke_teacher, capsys):
     assert "SwinTransformer" in capsys.readouterr().err
     assert main(["run", "slimswin", "--teacher", "swin_demo", "--ratio", "0.33", "--profile", "smoke"]) == 2
     assert "--checkpoint" in capsys.readouterr().err
-    assert main(["run", "slimswin", "--teacher", teacher.id, "--ratio", "0.9", "--step-pairs", "10", "--profile", "smoke"]) == 2
+    assert main(["run", "slimswin", "--teacher", teacher.id, "--ratio", "0.9", "--step-pairs", "100", "--profile", "smoke"]) == 2
     assert "smaller --step-pairs" in capsys.readouterr().err
     assert sorted(p.name for p in runs_root().iterdir()) == before  # nothing written by the failures
 
@@ -147,7 +147,7 @@ def test_cli_analyze_window_saliency(run033, tmp_path):
         sel = ds["mask"].values[ds["layer"].values == l]
         assert np.array_equal(sel, m.numpy().reshape(-1))
     # labels were used as targets; the saliency is the core's Algorithm-1 saliency on these images
-    batch = load_images("demo:val[:4]")
+    batch = load_images("demo:val[:4]", input_size=(1, 32, 32))
     assert np.array_equal(ds["target"].values, batch.labels) and '"targets": "given"' in ds.attrs["config"]
     model = load_model(run033.id).model
     core = ss.window_head_saliency(model, [(batch.tensor, torch.as_tensor(batch.labels))], F.cross_entropy)
@@ -165,15 +165,16 @@ def _swin():
 
 def test_window_coords_agree_with_method_geometry():
     model = _swin()
-    ds = extract_window_saliency(model, torch.randn(2, 1, 28, 28))
+    ds = extract_window_saliency(model, torch.randn(2, 1, 32, 32))
     positions = ss.window_positions(model)
     shifted = ds["shifted"].values.astype(bool)
-    assert shifted.any() and set(ds["layer"].values[shifted]) == {1}
-    for i in np.flatnonzero(shifted):  # every pair of the shifted layer
+    assert shifted.any() and set(ds["layer"].values[shifted]) == {1, 3}  # odd blocks of stages 0 and 1
+    for i in np.flatnonzero(shifted):  # every pair of the shifted layers
         pos = positions[int(ds["layer"][i])][int(ds["window"][i])]
         assert (int(ds["window_y"][i]), int(ds["window_x"][i])) == (pos.window_y, pos.window_x) and pos.shifted
-    assert sorted({(int(y), int(x)) for y, x in zip(ds["window_y"].values[shifted], ds["window_x"].values[shifted])}) == \
-        [(3, 3), (3, 10), (10, 3), (10, 10)]
+    layer1 = ds["layer"].values == 1  # 16 x 16 tokens, windows of 4 shifted by 2
+    assert sorted({(int(y), int(x)) for y, x in zip(ds["window_y"].values[layer1], ds["window_x"].values[layer1])}) == \
+        [(y, x) for y in (2, 6, 10, 14) for x in (2, 6, 10, 14)]
     for layer, assignment in enumerate(ss.token_window_assignment(model)):
         grid = as_window_grid(ds, layer, "saliency")
         assert np.array_equal(grid["window"].values, assignment.numpy())
@@ -181,14 +182,14 @@ def test_window_coords_agree_with_method_geometry():
         sel = ds["saliency"].values[ds["layer"].values == layer].reshape(-1, grid.sizes["head"])
         np.testing.assert_array_equal(grid.values, np.moveaxis(sel[assignment.numpy()], -1, 0))
         px = as_window_grid(ds, layer, "saliency", units="pixel")
-        step = 2 * 2 ** int(ds["stage"].values[ds["layer"].values == layer][0])
-        assert px.shape[-2:] == (14 // 2 ** int(layer >= 2) * step,) * 2
+        step = 2 * 2 ** int(ds["stage"].values[ds["layer"].values == layer][0])  # input pixels per token
+        assert px.shape[-2:] == (32, 32)
         np.testing.assert_array_equal(px.values[:, ::step, ::step], grid.values)
 
 
 def test_extractor_saliency_matches_core_and_uses_predictions():
     model = _swin()
-    x = torch.randn(5, 1, 28, 28)
+    x = torch.randn(5, 1, 32, 32)
     ds = extract_window_saliency(model, x, batch_size=2)
     with torch.no_grad():
         pred = model(x).argmax(-1)
@@ -215,15 +216,17 @@ def test_extractor_saliency_matches_core_and_uses_predictions():
 
 def test_layer_ratio_and_accuracy_helpers():
     model = _swin()
-    base = extract_window_saliency(model, torch.randn(1, 1, 28, 28))
+    base = extract_window_saliency(model, torch.randn(1, 1, 32, 32))
     pruned = base.copy()
-    off = (base["layer"].values == 0) & (base["window"].values == 1)  # 2 pairs of layer 0
-    off |= (base["layer"].values == 1) & (base["head"].values == 0)  # 4 pairs of layer 1
+    off = (base["layer"].values == 0) & (base["window"].values == 1)  # 3 pairs of layer 0 (3 heads)
+    off |= (base["layer"].values == 1) & (base["head"].values == 0)  # 16 pairs of layer 1 (16 windows)
+    off |= (base["layer"].values == 2) & (base["window"].values == 3) & (base["head"].values < 2)  # 2 of layer 2
     pruned["mask"] = ("pair", ~off)
     ds = layer_ratio({0.5: pruned, 0.0: base})
     assert ds["ratio"].values.tolist() == [0.0, 0.5]
-    np.testing.assert_allclose(ds["layer_ratio"].sel(ratio=0.5).values, [2 / 8, 4 / 8, 0, 0])
-    assert float(ds["global_ratio"].sel(ratio=0.5)) == 6 / 16 and ds["prunable"].values.tolist() == [True, True, False, False]
+    np.testing.assert_allclose(ds["layer_ratio"].sel(ratio=0.5).values, [3 / 48, 16 / 48, 2 / 24, 0, 0, 0])
+    assert float(ds["global_ratio"].sel(ratio=0.5)) == 21 / 144
+    assert ds["prunable"].values.tolist() == [True] * 4 + [False] * 2
     acc = accuracy({0.67: {"val_acc": 0.8, "ratio": 0.6875}, 0.33: {"val_acc": 0.9, "ratio": 0.375}}, teacher=0.95)
     assert acc["accuracy"].values.tolist() == [0.9, 0.8] and acc["achieved_ratio"].values.tolist() == [0.375, 0.6875]
     assert acc.attrs["teacher_accuracy"] == 0.95
@@ -242,9 +245,12 @@ def test_slimswin_figures_render(tmp_path, run033):
     table = pd.read_csv(out / "slimswin.table1.csv")
     base = table[(table["model"] == "Swin-B @224") & (table["r"] == "unpruned")]
     assert abs(float(base["attention MACs"].iloc[0]) / 5.24e9 - 1) < 0.001
-    assert (table["model"] == "demo Swin @28").sum() == 1 + len(get_recipe("smoke").ratios)  # unpruned + the sweep
+    assert (table["model"] == "demo Swin").sum() == 1 + len(get_recipe("smoke").ratios)  # unpruned + the sweep
     index = (out / "index.md").read_text()
-    assert "slimswin-r0.67-swin-smoke" in index and "window_saliency" in index
+    assert "slimswin-r0.6667-swin-smoke" in index and "window_saliency" in index
+    swin_b = table[table["model"] == "Swin-B @224"]
+    assert swin_b["pruned pairs"].tolist() == ["0/1920", "640/1920", "864/1920", "1088/1920", "1280/1920"]  # i = 32
+    assert swin_b["paper reduction (%)"].tolist()[1:] == [30.7, 40.9, 51.1, 61.3]
 
 
 def test_slimswin_plots_and_views_do_not_import_torch():

@@ -193,3 +193,105 @@ def test_hook_state_and_optimizer_survive_a_resume(tmp_path):
     assert _strip(hist) == _strip(hist_full)
     for k, v in full.state_dict().items():
         assert torch.equal(v, part.state_dict()[k]), k
+
+
+# --------------------------------------------------------------------------- the paper profile
+
+
+def _tiny_image_folder(root):
+    """2 classes x 4 training (2 held-out) crops of the bundled skimage photos, as a user's ImageFolder of JPEGs."""
+    import skimage.data
+    from PIL import Image
+
+    photos = {"cat": ("chelsea", "cat"), "scene": ("astronaut", "coffee")}
+    for split, n in (("train", 4), ("val", 2)):
+        for cls, names in photos.items():
+            (root / split / cls).mkdir(parents=True)
+            for i in range(n):
+                img = getattr(skimage.data, names[i % 2])()
+                h, w = img.shape[:2]
+                Image.fromarray(img[i * 10: h - i * 10, i * 7: w - i * 7]).save(root / split / cls / f"{i}.jpg")
+    return root
+
+
+def test_mixup_and_repeated_augmentation_resume_exactly(tmp_path):
+    """fit's batch_transform (timm Mixup) and sampler (timm RepeatAugSampler) keep an interrupted run exact."""
+    from methods.train import mixup_cutmix, repeated_augmentation, soft_target_cross_entropy
+
+    train, val = _data()
+    seen = []
+
+    def loss_fn(model, images, targets):
+        seen.append(targets.shape)
+        return soft_target_cross_entropy()(model, images, targets)
+
+    opts = dict(loss_fn=loss_fn, batch_transform=mixup_cutmix(10), sampler=repeated_augmentation(3))
+    torch.manual_seed(0)
+    full = timm.create_model("vit_demo")
+    init = {k: v.clone() for k, v in full.state_dict().items()}
+    h_full = fit(full, train, val, CFG, ckpt_dir=tmp_path / "a", **opts)
+    assert seen[0] == (32, 10)  # soft (mixed, smoothed) targets reached the loss
+    assert len(seen) == 3 * (96 // 32)  # RepeatAugSampler keeps one pass per epoch; full batches only
+    part = timm.create_model("vit_demo")
+    part.load_state_dict(init)
+    fit(part, train, val, CFG, ckpt_dir=tmp_path / "b", stop_after=1, **opts)
+    resumed = timm.create_model("vit_demo")
+    h2 = fit(resumed, train, val, CFG, ckpt_dir=tmp_path / "b", **opts)
+    assert _strip(h2) == _strip(h_full)
+    for k, v in full.state_dict().items():
+        assert torch.equal(v, resumed.state_dict()[k]), k
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        fit(timm.create_model("vit_demo"), DemoDataset("train", limit=16), None, CFG, **opts)
+
+
+def test_paper_profile_trains_the_papers_backbone(tmp_path):
+    """--profile paper: deit_small_patch16_224 at 224 on an ImageFolder with the DeiT recipe (one tiny epoch, CPU)."""
+    from workbench.models import create_model, load_model
+    from workbench.pipelines.teacher import resolve_teacher, train_teacher
+    from workbench.pipelines import budget
+
+    root = _tiny_image_folder(tmp_path / "data")
+    quiet = lambda *_: None  # noqa: E731
+    with pytest.raises(ValueError, match="--arch swin --profile paper --data ROOT"):
+        resolve_teacher(None, "paper", default_arch="swin", family="Swin", log=quiet)  # no real teacher yet
+    run = train_teacher("vit", "paper", data=str(root), epochs=1, batch_size=4, device="cpu", log=quiet)
+    assert run.id == "teacher-vit-paper" and run.config["model_name"] == "deit_small_patch16_224"
+    assert run.config["model_kwargs"] == {"num_classes": 2}
+    assert run.config["train"]["lr"] == pytest.approx(5e-4 * 4 / 512) and run.config["train"]["label_smoothing"] == 0.1
+    assert run.config["augment"] == {"auto_augment": "rand-m9-mstd0.5-inc1", "re_prob": 0.25, "mixup": 0.8,
+                                     "cutmix": 1.0, "repeats": 3, "interpolation": "bicubic"}
+    assert budget("teacher", "paper").config("vit").num_workers >= 1
+    loaded = load_model(run.id)
+    assert loaded.input_size == (3, 224, 224) and type(loaded.model).__name__ == "VisionTransformer"
+    assert loaded.model.embed_dim == 384 and len(loaded.model.blocks) == 12  # DeiT-S
+    torch.manual_seed(0)
+    init = create_model("deit_small_patch16_224", num_classes=2).state_dict()
+    assert not torch.equal(init["head.weight"], loaded.model.state_dict()["head.weight"])  # it trained
+    assert len(run.metrics()) == 1 and 0 <= run.manifest["results"]["val_acc"] <= 1
+    ref = resolve_teacher(None, "paper", default_arch="vit", family="ViT", log=quiet)
+    assert ref.run == "teacher-vit-paper" and ref.model_name == "deit_small_patch16_224"
+    with pytest.raises(ValueError, match="would be downloaded"):
+        create_model("deit_small_patch16_224", pretrained=True)
+
+
+def test_paper_profile_records_a_pretrained_checkpoint(tmp_path):
+    """--checkpoint W --epochs 0: W becomes the teacher as it is (its 1000-class head re-initialised for 2 classes)."""
+    from safetensors.torch import save_file
+
+    from workbench.models import create_model, load_model
+    from workbench.pipelines.teacher import train_teacher
+
+    root = _tiny_image_folder(tmp_path / "data")
+    torch.manual_seed(1)
+    imagenet = create_model("deit_tiny_patch16_224").state_dict()  # stands in for downloaded ImageNet weights
+    save_file(imagenet, tmp_path / "deit_t.safetensors")
+    lines = []
+    run = train_teacher("vit", "paper", data=str(root), model_name="deit-t", checkpoint=str(tmp_path / "deit_t.safetensors"),
+                        epochs=0, device="cpu", log=lines.append)
+    assert run.id == "teacher-deit_tiny_patch16_224-paper" and run.manifest["results"]["epochs"] == 0
+    assert any("re-initialised" in line for line in lines)
+    state = load_model(run.id).model.state_dict()
+    assert state["head.weight"].shape == (2, 192)
+    assert all(torch.equal(v, imagenet[k]) for k, v in state.items() if not k.startswith("head."))
+    with pytest.raises(ValueError, match="--checkpoint"):
+        train_teacher("vit", "paper", data=str(root), model_name="deit-t", epochs=0, device="cpu", log=lines.append)

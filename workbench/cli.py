@@ -15,7 +15,10 @@ from typing import Sequence
 
 EXAMPLES = {
     "info": "workbench info",
-    "train": "workbench train teacher --arch vit --profile demo\n  workbench train teacher --arch swin --profile smoke --force",
+    "train": ("workbench train teacher --arch vit --profile demo\n  workbench train teacher --arch swin --profile smoke --force\n"
+              "  torchrun --nproc_per_node 8 -m workbench.cli train teacher --arch vit --profile paper --data ~/imagenet\n"
+              "  workbench train teacher --arch swin --model swin-b --profile paper --data ~/imagenet "
+              "--checkpoint swin_b.safetensors --epochs 0"),
     "analyze": (
         "workbench analyze attention --model teacher-vit-demo --images 'demo:val[:8]' --out stores/vit.nc\n"
         "  workbench analyze attention --model deit_tiny_patch16_224 --checkpoint deit_tiny.safetensors "
@@ -187,7 +190,7 @@ def cmd_run(args) -> int:
     from workbench.pipelines import get_method, run_method
 
     entry = get_method(args.method)
-    run = run_method(args.method, args.teacher, args.profile, checkpoint=args.checkpoint, device=args.device,
+    run = run_method(args.method, args.teacher, args.profile, teacher_checkpoint=args.checkpoint, device=args.device,
                      data=args.data, force=args.force, **_method_options(args, entry))
     _print_run(run, entry)
     return 0

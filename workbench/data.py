@@ -10,7 +10,8 @@ An *image spec* selects images everywhere in the CLI:
 
 - ``demo:val[:16]`` / ``demo:train[100:200]`` / ``demo:val`` - the demo split (Python slice);
 - ``skimage:astronaut,chelsea`` - named photos from ``skimage.data``;
-- ``/path/to/folder[:32]`` - an ImageFolder (class sub-folders of images), optional slice.
+- ``/path/to/folder[:32]`` - a folder of images, optional slice: an ImageFolder (one sub-folder per
+  class; labels from the folders) or a flat folder of images (labels unknown, -1), in name order.
 """
 
 from __future__ import annotations
@@ -89,22 +90,44 @@ DEMO_MEAN = (0.1307,)  # the customary MNIST statistics, close to MNIST-5k's own
 DEMO_STD = (0.3081,)
 
 
+def demo_pixels(images: np.ndarray, input_size: tuple[int, int, int]) -> np.ndarray:
+    """Demo digits ``(N, 28, 28)`` uint8 at a 1-channel model's input size: centred on a black border.
+
+    A model whose ``pretrained_cfg["input_size"]`` is ``(1, H, W)`` with ``H, W >= 28`` sees the digits at
+    their own scale, padded with black (e.g. ``swin_demo``: 32 x 32, so that patch 2 and window 4 tile the
+    token grid into 4 x 4 windows). The training set and image specs use this same function.
+
+    Raises:
+        DataError: a model that is not 1-channel or smaller than 28 x 28 (the demo set cannot train it).
+    """
+    c, h, w = input_size
+    if c != 1 or h < DEMO_IMG_SIZE or w < DEMO_IMG_SIZE:
+        raise DataError(f"the demo set is 28 x 28 grey digits; a model with input size {tuple(input_size)} cannot "
+                        "train on it (it needs 1 channel and at least 28 x 28): pass --data ROOT (an ImageFolder)")
+    top, left = (h - DEMO_IMG_SIZE) // 2, (w - DEMO_IMG_SIZE) // 2
+    out = np.zeros((len(images), h, w), dtype=np.uint8)
+    out[:, top: top + DEMO_IMG_SIZE, left: left + DEMO_IMG_SIZE] = images
+    return out
+
+
 class DemoDataset(Dataset):
-    """One split of the demo set as normalised tensors ``(1, 28, 28)``.
+    """One split of the demo set as normalised tensors ``(1, H, W)`` (28 x 28 unless the model needs more).
 
     Training batches get the small affine jitter that is customary for digits (a random
     resized crop, timm's default, would cut digits apart), applied per batch in
     :meth:`collate_fn`. The jitter draws from torch's global generator, which the training loop
-    reseeds every epoch, so an interrupted run resumes exactly.
+    reseeds every epoch, so an interrupted run resumes exactly. ``input_size`` larger than 28 x 28
+    pads the digits with black (:func:`demo_pixels`).
     """
 
-    def __init__(self, split: Literal["train", "val"], *, train_transform: bool = False, limit: int | None = None):
+    def __init__(self, split: Literal["train", "val"], *, train_transform: bool = False, limit: int | None = None,
+                 input_size: tuple[int, int, int] = (1, DEMO_IMG_SIZE, DEMO_IMG_SIZE)):
         x, y = _demo_arrays()
         idx = demo_split_indices(split)
         if limit is not None:
             idx = _stratified_head(idx, y, limit)
         self.indices = idx
-        self.images = torch.from_numpy(x[idx]).unsqueeze(1)  # (N, 1, 28, 28) uint8
+        self.images = torch.from_numpy(demo_pixels(x[idx], tuple(input_size))).unsqueeze(1)  # (N, 1, H, W) uint8
         self.targets = torch.from_numpy(y[idx])
         self.train_transform = train_transform
         self.name = f"demo:{split}"
@@ -113,12 +136,12 @@ class DemoDataset(Dataset):
         return len(self.indices)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        img = self.images[i].float() / 255.0  # (1, 28, 28) in [0, 1]
+        img = self.images[i].float() / 255.0  # (1, H, W) in [0, 1]
         return (img - DEMO_MEAN[0]) / DEMO_STD[0], int(self.targets[i])
 
     def collate_fn(self, batch: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Stack a batch; training batches get the jitter in one batched affine warp."""
-        images = torch.stack([b[0] for b in batch])  # (B, 1, 28, 28)
+        images = torch.stack([b[0] for b in batch])  # (B, 1, H, W)
         targets = torch.tensor([b[1] for b in batch])
         if self.train_transform:
             background = -DEMO_MEAN[0] / DEMO_STD[0]  # a black pixel after normalisation
@@ -150,23 +173,25 @@ def _jitter(images: torch.Tensor, max_shift: int = 2, max_deg: float = 10.0, max
 # --------------------------------------------------------------------------------------------
 
 
-def check_image_folder(path: str | Path) -> Path:
-    """Validate an ImageFolder: it exists, has class sub-folders, and holds only images.
+@dataclass(frozen=True)
+class FolderImages:
+    """The images of a folder: an ImageFolder tree (one sub-folder per class) or a flat folder of images."""
 
-    Raises:
-        DataError: naming the missing path, the empty folder, or the non-image files found.
-    """
-    root = Path(path).expanduser()
-    if not root.exists():
-        raise DataError(f"data path {str(root)!r} does not exist; pass an ImageFolder (one sub-folder of images per class)")
-    if not root.is_dir():
-        raise DataError(f"data path {str(root)!r} is a file, not a folder; pass an ImageFolder (one sub-folder per class)")
-    classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-    if not classes:
-        raise DataError(f"data path {str(root)!r} has no class sub-folders; put each class's images in root/<class>/")
-    files = [f for c in classes for f in c.rglob("*") if f.is_file() and not f.name.startswith(".")]
-    if not files:
-        raise DataError(f"data path {str(root)!r} is empty: its class folders hold no images")
+    root: Path  # the folder
+    files: tuple[Path, ...]  # image files, in torchvision ImageFolder order (class, then name) or by name
+    labels: tuple[int, ...]  # class index per file; -1 for a flat folder (labels unknown)
+    classes: tuple[str, ...]  # class names (sub-folder names); empty for a flat folder
+
+    @property
+    def flat(self) -> bool:
+        return not self.classes
+
+
+def _visible(p: Path) -> bool:
+    return not p.name.startswith(".")
+
+
+def _check_images(root: Path, files: list[Path]) -> None:
     bad = [f for f in files if f.suffix.lower() not in IMAGE_EXTENSIONS]
     if bad:
         listed = ", ".join(str(f.relative_to(root)) for f in bad[:5])
@@ -174,27 +199,108 @@ def check_image_folder(path: str | Path) -> Path:
             f"data path {str(root)!r} holds {len(bad)} non-image file(s) ({listed}{', ...' if len(bad) > 5 else ''}); "
             f"remove them or move them out (images: {', '.join(IMAGE_EXTENSIONS)})"
         )
-    return root
 
 
-def image_folder(path: str | Path, *, input_size: tuple[int, int, int], is_training: bool, mean=None, std=None) -> Dataset:
-    """An ImageFolder with timm's ``create_transform`` (timm's train or eval recipe)."""
+def scan_image_folder(path: str | Path, *, require_classes: bool = False) -> FolderImages:
+    """List the images of a folder: an ImageFolder (``root/<class>/*``) or, for analysis, a flat folder (``root/*``).
+
+    Args:
+        path: the folder.
+        require_classes: refuse a flat folder (training and evaluation need labels).
+
+    Raises:
+        DataError: naming the missing path, the empty folder, a flat folder where classes are needed,
+            a folder mixing images and sub-folders, or the non-image files found.
+    """
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise DataError(f"data path {str(root)!r} does not exist; pass a folder of images, or an ImageFolder "
+                        "(one sub-folder of images per class)")
+    if not root.is_dir():
+        raise DataError(f"data path {str(root)!r} is a file, not a folder; pass a folder of images or an ImageFolder")
+    entries = sorted(p for p in root.iterdir() if _visible(p))
+    classes = [p for p in entries if p.is_dir()]
+    loose = [p for p in entries if p.is_file()]
+    if not classes and not loose:
+        raise DataError(f"data path {str(root)!r} is empty: it holds no images and no class sub-folders")
+    if classes and loose:
+        listed = ", ".join(p.name for p in loose[:3])
+        raise DataError(f"data path {str(root)!r} mixes files ({listed}{', ...' if len(loose) > 3 else ''}) and "
+                        "sub-folders; put every image in a class sub-folder (an ImageFolder) or none (a flat folder)")
+    if not classes:
+        if require_classes:
+            raise DataError(f"data path {str(root)!r} holds images but no class sub-folders; training and evaluation "
+                            "need labels: put each class's images in root/<class>/ (a flat folder works as --images)")
+        _check_images(root, loose)
+        return FolderImages(root, tuple(loose), (-1,) * len(loose), ())
+    files, labels = [], []
+    for index, folder in enumerate(classes):
+        found = [Path(d) / f for d, dirs, names in sorted(os.walk(folder, followlinks=True))  # torchvision's order
+                 if not any(part.startswith(".") for part in Path(d).relative_to(folder).parts)
+                 for f in sorted(names) if not f.startswith(".")]
+        files += found
+        labels += [index] * len(found)
+    if not files:
+        raise DataError(f"data path {str(root)!r} is empty: its class folders hold no images")
+    _check_images(root, files)
+    return FolderImages(root, tuple(files), tuple(labels), tuple(p.name for p in classes))
+
+
+def check_image_folder(path: str | Path) -> Path:
+    """Validate an ImageFolder for training: it exists, has class sub-folders, and holds only images.
+
+    Raises:
+        DataError: naming the missing path, the empty folder, the missing classes, or the non-image files found.
+    """
+    return scan_image_folder(path, require_classes=True).root
+
+
+class FolderDataset(Dataset):
+    """An ImageFolder (:func:`scan_image_folder`) as ``(transform(image), class index)`` pairs."""
+
+    def __init__(self, folder: FolderImages, transform):
+        self.folder, self.transform = folder, transform
+        self.classes = list(folder.classes)
+        self.targets = list(folder.labels)
+        self.name = str(folder.root)
+
+    def __len__(self) -> int:
+        return len(self.folder.files)
+
+    def __getitem__(self, i: int):
+        from PIL import Image
+
+        path = self.folder.files[i]
+        try:
+            with Image.open(path) as img:
+                image = img.convert("RGB")
+        except OSError as err:
+            raise DataError(f"cannot read image {str(path)!r}: {err}") from err
+        return self.transform(image), self.targets[i]
+
+
+def image_folder(path: str | Path, *, input_size: tuple[int, int, int], is_training: bool, mean=None, std=None,
+                 **transform_options) -> Dataset:
+    """An ImageFolder with timm's ``create_transform`` (timm's train or eval recipe).
+
+    Args:
+        path: ImageFolder root (one sub-folder of images per class).
+        input_size: the model's ``(C, H, W)``; 1 channel converts to grey.
+        is_training: timm's training transform (random resized crop, flip, ...) or its eval transform.
+        mean, std: normalisation (timm's ImageNet defaults when None).
+        **transform_options: more ``timm.data.create_transform`` options, e.g. ``auto_augment``, ``re_prob``,
+            ``interpolation``, ``crop_pct`` (the paper profile's DeiT recipe).
+    """
     from timm.data import create_transform
-    from torchvision.datasets import ImageFolder
 
-    root = check_image_folder(path)
+    folder = scan_image_folder(path, require_classes=True)
     kw = {} if mean is None else {"mean": mean, "std": std}
-    tf = create_transform(input_size=input_size, is_training=is_training, **kw)
+    tf = create_transform(input_size=input_size, is_training=is_training, **kw, **transform_options)
     if input_size[0] == 1:
-        from torchvision.transforms import Grayscale, Compose
+        from torchvision.transforms import Compose, Grayscale
 
         tf = Compose([Grayscale(1), tf])
-    try:
-        ds = ImageFolder(str(root), transform=tf)
-    except Exception as err:  # unreadable layout that passed our checks
-        raise DataError(f"cannot read ImageFolder {str(root)!r}: {err}") from err
-    ds.name = str(root)
-    return ds
+    return FolderDataset(folder, tf)
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,7 +341,8 @@ def load_images(
     """Load the images an image spec selects, sized and normalised for a model.
 
     Args:
-        spec: ``demo:val[:16]``, ``skimage:astronaut,chelsea``, or ``PATH[:N]`` (an ImageFolder).
+        spec: ``demo:val[:16]``, ``skimage:astronaut,chelsea``, or ``PATH[:N]`` (an ImageFolder or a flat
+            folder of images).
         input_size: the model's ``(C, H, W)``.
         mean: per-channel normalisation mean (defaults: the demo's for 1 channel, ImageNet's for 3).
         std: per-channel normalisation std.
@@ -256,21 +363,21 @@ def load_images(
             raise DataError(f"unknown demo split {split!r} in {spec!r}; use demo:train or demo:val")
         x, y = _demo_arrays()
         idx = demo_split_indices(split)[_parse_slice(sl, len(demo_split_indices(split)))]
-        raw = x[idx].astype(np.float32) / 255.0  # (B, 28, 28)
+        if c == 1 and h >= DEMO_IMG_SIZE and w >= DEMO_IMG_SIZE:  # exactly what DemoDataset feeds the model
+            raw = demo_pixels(x[idx], (c, h, w)).astype(np.float32) / 255.0  # (B, H, W)
+        else:  # e.g. digits shown to an RGB 224 x 224 model: resized
+            raw = x[idx].astype(np.float32) / 255.0  # (B, 28, 28)
         labels, dataset, indices = y[idx], f"demo:{split}", idx
     elif base.startswith("skimage:"):
         names = [n for n in base.partition(":")[2].split(",") if n]
         raw = [_skimage_photo(n) for n in names]
         sel = _parse_slice(sl, len(raw))
         raw, labels, dataset, indices = [raw[i] for i in sel], -np.ones(len(sel), int), "skimage:" + ",".join(names), sel
-    else:
-        root = check_image_folder(base)
-        from torchvision.datasets import ImageFolder
-
-        folder = ImageFolder(str(root))
-        sel = _parse_slice(sl, len(folder))
-        raw = [np.asarray(folder.loader(folder.samples[i][0]).convert("RGB"), dtype=np.float32) / 255.0 for i in sel]
-        labels, dataset, indices = np.array([folder.samples[i][1] for i in sel]), str(root), sel
+    else:  # a folder: an ImageFolder tree (labels from the class folders) or a flat folder (labels -1)
+        folder = scan_image_folder(base)
+        sel = _parse_slice(sl, len(folder.files))
+        raw = [_read_image(folder.files[i]) for i in sel]
+        labels, dataset, indices = np.array([folder.labels[i] for i in sel], dtype=int), str(folder.root), sel
     if len(indices) == 0:
         raise DataError(f"image spec {spec!r} selects no images; check the slice")
     display = np.stack([_fit(np.asarray(r, dtype=np.float32), c, h, w) for r in raw])  # (B, H, W[, 3])
@@ -278,6 +385,17 @@ def load_images(
     chw = chw[:, None] if c == 1 else chw.permute(0, 3, 1, 2)  # (B, C, H, W)
     tensor = (chw - torch.tensor(mean).view(1, -1, 1, 1)) / torch.tensor(std).view(1, -1, 1, 1)
     return ImageBatch(tensor.float().contiguous(), display, np.asarray(labels), DataSource(dataset, list(map(int, indices))))
+
+
+def _read_image(path: Path) -> np.ndarray:
+    """An image file as float RGB ``(H, W, 3)`` in [0, 1]."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            return np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0
+    except (UnidentifiedImageError, OSError) as err:
+        raise DataError(f"cannot read image {str(path)!r}: {err}") from err
 
 
 def _skimage_photo(name: str) -> np.ndarray:

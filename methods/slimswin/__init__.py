@@ -14,12 +14,12 @@ Transformers" (papers/004). Pure torch/timm; never imports ``workbench``.
 from .gates import GatedWindowAttention, GateMode, add_gates, gate_probes, gated_modules, get_masks, is_gated, set_mask
 from .geometry import (SWIN_BASE, SWIN_DEMO, SWIN_TINY, SwinConfig, SwinLayerGeometry, WindowPosition, check_swin,
                        swin_blocks, swin_layers, token_window_assignment, window_centers, window_positions)
-from .macs import (PAPER_ATTENTION_MACS, PAPER_TABLE_I, PaperTableRow, attention_macs, sum_macs,
-                   swin_flops_breakdown)
+from .macs import (PAPER_ATTENTION_MACS, PAPER_RATIOS, PAPER_TABLE_I, PaperTableRow, attention_macs, sum_macs,
+                   swin_flops_breakdown, uniform_masks)
 from .models import slimswin_pruned, slimswin_swin
 from .pruned import PrunedWindowAttention, Rectangle, Strategy, pair_rectangles, rectangle_cost, to_pruned
 from .saliency import (Exclude, PruneHistory, PruneStep, SaliencyReduce, SlimSwinConfig, global_ranking, kd_loss,
-                       prunable_layers, prune, prune_step, pruning_ratio, window_head_saliency)
+                       pairs_to_prune, prunable_layers, prune, prune_step, pruning_ratio, window_head_saliency)
 
 __all__ = [
     # geometry
@@ -30,11 +30,12 @@ __all__ = [
     "gate_probes",
     # saliency and Algorithm 1
     "SaliencyReduce", "Exclude", "SlimSwinConfig", "PruneStep", "PruneHistory", "kd_loss", "window_head_saliency",
-    "prunable_layers", "pruning_ratio", "global_ranking", "prune_step", "prune",
+    "prunable_layers", "pairs_to_prune", "pruning_ratio", "global_ranking", "prune_step", "prune",
     # model forms (timm names)
     "slimswin_swin", "slimswin_pruned",
     # pruned inference
     "Strategy", "Rectangle", "PrunedWindowAttention", "pair_rectangles", "rectangle_cost", "to_pruned",
     # MACs
-    "attention_macs", "sum_macs", "swin_flops_breakdown", "PAPER_TABLE_I", "PAPER_ATTENTION_MACS", "PaperTableRow",
+    "attention_macs", "sum_macs", "swin_flops_breakdown", "uniform_masks", "PAPER_TABLE_I", "PAPER_ATTENTION_MACS",
+    "PAPER_RATIOS", "PaperTableRow",
 ]

@@ -122,10 +122,11 @@ class SwinConfig:
 SWIN_TINY = SwinConfig()
 #: ``swin_base_patch4_window7_224`` (Swin-B, the paper's large model).
 SWIN_BASE = SwinConfig(embed_dim=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32))
-#: The workbench's demo Swin (``methods.teachers.swin_demo``): 28x28x1 digits, patch 2 -> 14x14
-#: tokens, stage 0 has 2x2 windows of 7x7 (shifted by 3 in odd blocks), stage 1 a single window.
-SWIN_DEMO = SwinConfig(img_size=28, patch_size=2, in_chans=1, embed_dim=32, depths=(2, 2), num_heads=(2, 4),
-                       window_size=7, mlp_ratio=2.0, num_classes=10)
+#: The workbench's demo Swin (``methods.teachers.swin_demo``): digits padded to 32x32x1, patch 2 -> 16x16
+#: tokens, windows of 4x4 tokens: 16 windows in stage 0, 4 in stage 1 (shifted by 2 in odd blocks), one in
+#: the last stage; 144 prunable pairs.
+SWIN_DEMO = SwinConfig(img_size=32, patch_size=2, in_chans=1, embed_dim=24, depths=(2, 2, 2), num_heads=(3, 6, 12),
+                       window_size=4, mlp_ratio=2.0, num_classes=10)
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,25 @@ exactly 2 x MACs):
   :mod:`.pruned` does). Biases, the ``1/sqrt(d)`` scale, relative position bias, shift mask and
   softmax are not counted. Windows containing padding are counted in full (they are computed).
 * This reproduces the paper's unpruned Swin-B attention count (5.2374e9 vs 5.24e9, Table I: QKV
-  projection, self-attention and output projection of all 24 layers). For Swin-T (C = 96) the same
-  convention gives 1.527e9, not the paper's 2.61e9, and no other convention does (FLOPs: 3.055e9;
-  FLOPs without the last stage: 2.578e9; without the projection: 1.181e9 MACs / 2.361e9 FLOPs;
-  Eq. 4's ``H * N^2 * C`` for the two matmuls: 2.449e9). 2.61e9 is reproduced exactly (2.612e9) by
-  Swin-T's depths (2, 2, 6, 2) at Swin-B's width C = 128, so the paper most likely used C = 128
-  for that entry. Its Swin-T *reductions* (28.0 ... 56.0 %) match ``r x`` the prunable (non-last-stage)
-  share of the attention MACs (84.4 % at C = 96, 84.1 % at C = 128) within 0.5 points, as do Swin-B's
-  (92.0 %), so only the absolute Swin-T figure is off. See ``PAPER_TABLE_I``.
+  projection, self-attention and output projection of all 24 layers). The paper's Swin-T entry,
+  2.61e9, is **not reproduced**: Swin-T (C = 96, heads 3/6/12/24) gives 1.527e9 under this
+  convention, and no other convention we tried gives 2.61e9 (FLOPs: 3.055e9; FLOPs without the
+  last stage: 2.578e9; without the projection: 1.181e9 MACs / 2.361e9 FLOPs; Eq. 4's ``H * N^2 * C``
+  for the two matmuls: 2.449e9); a Swin with Swin-T's depths at Swin-B's width (C = 128, heads
+  4/8/16/32) gives 2.653e9. (An earlier note here matched 2.61e9 "exactly" with C = 128 but Swin-T's
+  heads 3/6/12/24, i.e. heads of width 42 covering 126 of the 128 channels: no Swin has that
+  layout, so it explains nothing.) The paper's Swin-T *reductions* (28.0 ... 56.0 %) equal ``r x``
+  a prunable (non-last-stage) share of 84.0 % of the attention MACs; C = 96 gives 84.4 %, so the
+  reductions agree within 0.3 points. See ``PAPER_TABLE_I``.
+* Table I's ratios are the four uniformly spaced values from 1/3 to 2/3 (:data:`PAPER_RATIOS`; the
+  paper labels them 0.33, 0.44, 0.55, 0.67). Algorithm 1 prunes ``i`` pairs per iteration until the
+  ratio is reached, so it reaches the first multiple of ``i`` at or above ``r x pairs``
+  (:func:`.saliency.pairs_to_prune`); with ``i = 32`` that is exactly 1/3 ... 2/3 of Swin-T's 864
+  prunable pairs, but 640 / 864 / 1088 / 1280 of Swin-B's 1920 (1/3, 0.45, 0.567, 2/3). The paper's
+  Swin-B reductions (30.7 / 40.9 / 51.1 / 61.3 %) equal ``r x`` the prunable share (91.96 %) at the
+  exact fractions (30.65 / 40.87 / 51.09 / 61.31 %), i.e. pair counts Algorithm 1 with ``i = 32``
+  cannot reach at 4/9 and 5/9. Without trained weights the allocation over layers is an assumption:
+  :func:`uniform_masks` spreads a pair count over the prunable layers in proportion to their pairs.
 * Whole-model breakdown (:func:`swin_flops_breakdown`): patch embedding convolution, attention
   (as above), MLP (two linears), patch merging (the ``4C -> 2C`` linear), classifier head; norms
   are counted as one MAC per normalised element (the affine ``g * x + b``; statistics not counted);
@@ -33,14 +44,17 @@ from torch import nn
 
 from .gates import get_masks
 from .geometry import SwinConfig, swin_layers, validate_layer_list
+from .saliency import Exclude, prunable_layers
 
 __all__ = [
     "PaperTableRow",
+    "PAPER_RATIOS",
     "PAPER_TABLE_I",
     "PAPER_ATTENTION_MACS",
     "attention_macs",
     "sum_macs",
     "swin_flops_breakdown",
+    "uniform_masks",
 ]
 
 
@@ -66,6 +80,10 @@ PAPER_TABLE_I: tuple[PaperTableRow, ...] = (
     PaperTableRow("swin_tiny", 0.55, 1.39e9, 46.6),
     PaperTableRow("swin_tiny", 0.67, 1.15e9, 56.0),
 )
+
+#: The global ratios of Table I and Figs. 4-7: "four uniformly spaced pruning ratios between r ~ 0.33 and
+#: r ~ 0.67 (inclusive)" (§VI), i.e. 1/3, 4/9, 5/9, 2/3 (Table I prints them as 0.33, 0.44, 0.55, 0.67).
+PAPER_RATIOS: tuple[float, ...] = (1 / 3, 4 / 9, 5 / 9, 2 / 3)
 
 #: Unpruned attention MACs per image reported in Table I.
 PAPER_ATTENTION_MACS = {row.model: row.macs for row in PAPER_TABLE_I if row.ratio is None}
@@ -162,3 +180,32 @@ def swin_flops_breakdown(model_or_config: nn.Module | SwinConfig, img_size: int 
     if unit == "flops":
         out = {k: 2 * v for k, v in out.items()}
     return out
+
+
+def uniform_masks(model_or_config: nn.Module | SwinConfig, num_pruned: int,
+                  exclude: Exclude = "last_stage") -> list[torch.Tensor]:
+    """Masks pruning ``num_pruned`` pairs spread over the prunable layers in proportion to their pairs.
+
+    The allocation Table I must assume for a Swin without trained weights (no saliency): layer ``l``
+    with ``P_l`` of the ``P`` prunable pairs loses ``num_pruned * P_l / P`` pairs, rounded by largest
+    remainder (ties to the earlier layer) so that exactly ``num_pruned`` go. Every pair of a layer
+    costs the same MACs, so which windows and heads are pruned inside a layer does not matter here.
+
+    Raises:
+        ValueError: ``num_pruned`` outside ``[0, P]``.
+    """
+    layers = swin_layers(model_or_config)
+    prunable = prunable_layers(model_or_config, exclude)
+    sizes = [layers[l].num_pairs for l in prunable]
+    total = sum(sizes)
+    if not 0 <= num_pruned <= total:
+        raise ValueError(f"num_pruned must be in [0, {total}] (the prunable pairs), got {num_pruned}")
+    quota = [num_pruned * n / total for n in sizes]
+    counts = [int(q) for q in quota]
+    by_remainder = sorted(range(len(sizes)), key=lambda i: (-(quota[i] - counts[i]), i))
+    for i in by_remainder[: num_pruned - sum(counts)]:
+        counts[i] += 1
+    masks = [torch.ones(g.num_windows, g.num_heads, dtype=torch.bool) for g in layers]
+    for l, k in zip(prunable, counts):
+        masks[l].view(-1)[:k] = False
+    return masks

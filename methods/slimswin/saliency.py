@@ -37,6 +37,7 @@ __all__ = [
     "kd_loss",
     "window_head_saliency",
     "prunable_layers",
+    "pairs_to_prune",
     "pruning_ratio",
     "global_ranking",
     "prune_step",
@@ -55,8 +56,8 @@ class SlimSwinConfig:
     gate_mode: Literal["qkv", "output"] = "qkv"  # gate Q, K, V (paper §IV-C) or the head output (Michel et al.)
     reduce: SaliencyReduce = "abs_of_mean"  # how per-sample gate gradients become one score (see window_head_saliency)
     exclude: Exclude = "last_stage"  # layers never pruned: the last stage (paper §V-A)
-    target_ratio: float = 0.33  # global ratio r of pruned window-head pairs; paper: 0.33, 0.44, 0.55, 0.67
-    step_pairs: int = 32  # pairs pruned per iteration i (ours: not stated; divides r*pairs at 1/3, 2/3 for Swin-T and -B)
+    target_ratio: float = 1 / 3  # global ratio r of pruned window-head pairs; paper: 1/3, 4/9, 5/9, 2/3 (macs.PAPER_RATIOS)
+    step_pairs: int = 32  # pairs pruned per iteration i (ours: not stated; divides r*pairs at 1/3 ... 2/3 for Swin-T, 1/3 and 2/3 for Swin-B)
     saliency_samples: int = 256  # |d-hat|, images per saliency estimate (ours: not stated)
     finetune_fraction: float = 0.1  # |D-hat| / |D|, subset for the 1-epoch fine-tune per iteration (ours: not stated)
     iteration_epochs: int = 1  # fine-tuning epochs per iteration (paper: one)
@@ -234,6 +235,25 @@ def prunable_layers(model_or_config: nn.Module | SwinConfig, exclude: Exclude = 
     raise ValueError(f"exclude must be 'last_stage', 'single_window' or 'none', got {exclude!r}")
 
 
+def pairs_to_prune(total: int, target_ratio: float, step_pairs: int, already: int = 0) -> int:
+    """Pairs pruned once Algorithm 1 stops: the first ``already + k * step_pairs`` with ratio ``>= target_ratio``.
+
+    Algorithm 1 prunes ``i`` pairs per iteration "while r_cur < r" (lines 2-18), so it stops at the first
+    multiple of ``i`` (after the ``already`` pruned pairs) that reaches ``r * total``; that is why the paper's
+    "exact pruning ratios differ slightly" from r (§VI). A ratio equal to an exact fraction of ``total``
+    (e.g. 1/3 of 864) is reached without overshoot (a 1e-9 tolerance absorbs float rounding).
+
+    Raises:
+        ValueError: the count exceeds ``total`` (``step_pairs`` too large for the ratio).
+    """
+    needed = math.ceil(target_ratio * total - 1e-9)  # pairs needed so that ratio >= r
+    pruned = already + max(0, math.ceil((needed - already) / step_pairs)) * step_pairs
+    if pruned > total:
+        raise ValueError(f"{(pruned - already) // step_pairs} iterations of step_pairs={step_pairs} would prune "
+                         f"{pruned} pairs, more than the {total} prunable ones")
+    return pruned
+
+
 def _check_layers(layers: Sequence[int], n_layers: int) -> list[int]:
     layers = sorted(set(int(l) for l in layers))
     if not layers or layers[0] < 0 or layers[-1] >= n_layers:
@@ -355,12 +375,8 @@ def prune(model: nn.Module, target_ratio: float, step_pairs: int, *,
     layers = prunable_layers(model, exclude)
     geometry: list[SwinLayerGeometry] = swin_layers(model)
     total = sum(geometry[l].num_pairs for l in layers)
-    target = math.ceil(target_ratio * total - 1e-9)  # pairs needed so that ratio >= r
     pruned = round(pruning_ratio(get_masks(model), layers) * total)
-    iterations = max(0, math.ceil((target - pruned) / step_pairs))
-    if pruned + iterations * step_pairs > total:
-        raise ValueError(f"{iterations} iterations of step_pairs={step_pairs} would prune "
-                         f"{pruned + iterations * step_pairs} pairs, more than the {total} prunable ones")
+    iterations = (pairs_to_prune(total, float(target_ratio), step_pairs, pruned) - pruned) // step_pairs
     history = PruneHistory(target_ratio=float(target_ratio), step_pairs=step_pairs, prunable_layers=layers,
                            total_pairs=total)
     for iteration in range(iterations):

@@ -6,7 +6,7 @@ multiplying Q, K and V of every attention layer, all ones) for each image, its r
 images (the score Algorithm 1 ranks), and the pair's 0/1 mask. It works on
 
 * a teacher (a plain timm Swin): all-ones gates are installed on a copy, every mask is 1;
-* a SlimSwin run (``load_model("slimswin-r0.33-swin-demo")``, a gated Swin): its own gates and
+* a SlimSwin run (``load_model("slimswin-r0.3333-swin-demo")``, a gated Swin): its own gates and
   masks; a pruned pair has gradient 0.
 
 Pairs are flattened to one ``pair`` dim (DESIGN.md) in (layer, window, head) order, with coords

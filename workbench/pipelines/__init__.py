@@ -129,7 +129,7 @@ def run_method(
     teacher: "str | Run | None" = None,
     profile: str = "demo",
     *,
-    checkpoint: str | None = None,
+    teacher_checkpoint: str | None = None,
     device: str = "auto",
     data: str | None = None,
     force: bool = False,
@@ -142,7 +142,7 @@ def run_method(
         teacher: a teacher run (id, directory or Run), a demo arch (``vit``, ``swin``, ``cnn``), a timm name with
             ``checkpoint``, or None for the method's default demo teacher (trained if missing).
         profile: ``demo``, ``smoke`` or ``paper``.
-        checkpoint: weights of a timm-name teacher.
+        teacher_checkpoint: weights of a timm-name teacher.
         device, data, force, log: see :class:`RunRequest`.
         **options: the method's own options (:attr:`Method.options`); missing ones take their defaults.
 
@@ -172,8 +172,8 @@ def run_method(
         from workbench.pipelines.teacher import resolve_teacher
 
         ref = resolve_teacher(teacher, prof.name, default_arch=entry.teacher, family=entry.family,
-                              checkpoint=checkpoint, device=device, data=data, log=log)
-    elif teacher is not None or checkpoint is not None:
+                              checkpoint=teacher_checkpoint, device=device, data=data, log=log)
+    elif teacher is not None or teacher_checkpoint is not None:
         raise ValueError(f"method {name!r} takes no teacher")
     request = RunRequest(name, prof, spent, ref, device, data, force, log)
     return entry.run(request, **options)

@@ -12,7 +12,7 @@ on top of :mod:`methods.slimswin`:
 3. once the ratio ``r`` is reached, a final fine-tune on the full training set (cosine, 10 %
    warm-up from ``min_lr``).
 
-A run (:func:`run_slimswin`, id ``slimswin-r0.33-swin-demo``) stores ``model.safetensors`` (the
+A run (:func:`run_slimswin`, id ``slimswin-r0.3333-swin-demo`` for r = 1/3, ``slimswin-r0.30-swin-demo`` for 0.3) stores ``model.safetensors`` (the
 gated model, masks included as ``gate_mask`` buffers, so ``load_model(run_id)`` rebuilds it),
 ``masks.safetensors`` (one 0/1 ``(num_windows, num_heads)`` tensor per layer, for
 :func:`methods.slimswin.to_pruned`) and ``history.json`` (per iteration: pruned pairs, their scores,
@@ -31,15 +31,15 @@ Budgets per profile are in :data:`RECIPES` (``demo``, ``smoke``, ``paper``).
 
 from __future__ import annotations
 
+import argparse
 import json
-import math
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
 
-from methods.slimswin import SlimSwinConfig, add_gates, check_swin, prunable_layers, swin_layers
+from methods.slimswin import PAPER_RATIOS, SlimSwinConfig, add_gates, check_swin, pairs_to_prune, prunable_layers, swin_layers
 from methods.train import resolve_device
 from workbench.models import create_model, load_model, read_state_dict
 from workbench.pipelines._slimswin_run import prune_and_finetune
@@ -58,7 +58,7 @@ class SlimSwinRecipe:
     method: SlimSwinConfig  # SlimSwin hyper-parameters (its target_ratio is replaced per run)
     batch_size: int = 64  # training batch size of every fine-tune (paper: not stated)
     saliency_batch: int = 128  # images per saliency forward/backward (memory only; result unchanged)
-    ratios: tuple[float, ...] = (0.33, 0.44, 0.55, 0.67)  # global ratios of the sweep behind the figures (paper §VI)
+    ratios: tuple[float, ...] = PAPER_RATIOS  # global ratios of the sweep behind the figures (paper §VI: 1/3 ... 2/3)
     seed: int = 0  # seeds the per-iteration subsets and the fine-tunes
     saliency_images: str = "demo:val[:256]"  # image spec of the saliency-before-pruning figure (fig3)
     progress: bool = True  # progress bar during the final fine-tune
@@ -68,27 +68,26 @@ class SlimSwinRecipe:
 
 #: profile -> recipe. ``paper`` is §V-B: AdamW 5e-5, wd 1e-4, KD alpha 0.7 / T 2, 15 final epochs with
 #: a cosine schedule and 10 % warm-up from 1e-6; pairs per iteration, subset sizes and batch size are
-#: not stated in the paper (ours: SlimSwinConfig defaults, batch 128).
+#: not stated in the paper (ours: SlimSwinConfig defaults, i = 32, batch 128). Ratios: the paper's
+#: 1/3, 4/9, 5/9, 2/3 (printed 0.33 ... 0.67; methods.slimswin.PAPER_RATIOS).
 RECIPES: dict[str, SlimSwinRecipe] = {
-    # demo Swin: 16 prunable pairs (stage 0: 2 layers x 4 windows x 2 heads), one pair per iteration;
-    # 256 saliency images, 1000-image fine-tune per iteration, 1 final epoch on the 4000 training
-    # images. Measured on the demo sweep (top-1 at r = 0.33 / 0.44 / 0.55 / 0.67, teacher 90.5 %):
-    # lr 1e-3 (half the teacher's peak; 20x the paper's 5e-5, which suits a converged ImageNet
-    # model, not 16 updates per iteration) gave 88.9 / 88.2 / 88.0 / 86.5 with one final epoch and
-    # 89.4 / 89.0 / 88.1 / 87.4 with two (70 % more time); lr 1e-4: 89.1 / 86.5 / 85.7 / 83.8;
-    # 500-image fine-tunes: 86.1 / 84.7 / 84.9 / 83.5. One CPU thread: the demo Swin's matrices
-    # (49 tokens x 32 channels) are too small for a second thread to help, and on a shared CPU two
-    # threads ran 10x slower than one (2.5 vs 25-30 ms per image and KD training step).
+    # demo Swin (swin_demo): 144 prunable pairs (stage 0: 2 layers x 16 windows x 3 heads, stage 1: 2 x 4 x 6),
+    # i = 8 pairs per iteration, so the sweep reaches exactly 1/3, 4/9, 5/9, 2/3 (48 / 64 / 80 / 96 pairs) in
+    # 6 / 8 / 10 / 12 iterations (5.6 % of the pairs per iteration; Swin-T at i = 32: 3.7 %); 256 saliency images, a 1000-image KD fine-tune per iteration, 1 final epoch on the 4000
+    # training images. lr 1e-3 (20x the paper's 5e-5, which suits a converged ImageNet model, not 16 updates
+    # per iteration). One CPU thread: the demo Swin's matrices (16 tokens x 24 channels) are too small for a
+    # second thread to help, and on a shared CPU two threads ran far slower than one.
     "demo": SlimSwinRecipe(
-        SlimSwinConfig(step_pairs=1, saliency_samples=256, finetune_fraction=0.25, final_epochs=1, lr=1e-3),
-        batch_size=64, saliency_images="demo:val[:256]", cpu_threads=1,
+        SlimSwinConfig(step_pairs=8, saliency_samples=256, finetune_fraction=0.25, final_epochs=1, lr=1e-3),
+        batch_size=64, ratios=PAPER_RATIOS, saliency_images="demo:val[:256]", cpu_threads=1,
     ),
     "smoke": SlimSwinRecipe(
-        SlimSwinConfig(step_pairs=2, saliency_samples=32, finetune_fraction=0.25, final_epochs=1, lr=1e-3),
-        batch_size=64, ratios=(0.33, 0.67), saliency_images="demo:val[:16]", progress=False, eval_iterations=False,
-        cpu_threads=1,
+        SlimSwinConfig(step_pairs=16, saliency_samples=32, finetune_fraction=0.25, final_epochs=1, lr=1e-3),
+        batch_size=64, ratios=(PAPER_RATIOS[0], PAPER_RATIOS[-1]), saliency_images="demo:val[:16]", progress=False,
+        eval_iterations=False, cpu_threads=1,
     ),
-    "paper": SlimSwinRecipe(SlimSwinConfig(), batch_size=128, saliency_images="skimage:astronaut,chelsea,coffee"),
+    "paper": SlimSwinRecipe(SlimSwinConfig(), batch_size=128, ratios=PAPER_RATIOS,
+                            saliency_images="skimage:astronaut,chelsea,coffee"),
 }
 
 
@@ -111,9 +110,14 @@ def _resolve_teacher(teacher: str | Run | None, profile: str, checkpoint: str | 
                            log=log)
 
 
+def ratio_tag(ratio: float) -> str:
+    """``0.30`` for a two-decimal ratio, ``0.3333`` for 1/3 (so that 0.33 and 1/3 are different runs)."""
+    return f"{ratio:.2f}" if abs(ratio - round(ratio, 2)) < 1e-9 else f"{ratio:.4f}"
+
+
 def run_id(teacher_tag: str, ratio: float, cfg: SlimSwinConfig, default: SlimSwinConfig) -> str:
-    """``slimswin-r0.33-swin-demo``, with ``-i2`` / ``-abs`` / ``-output`` for non-default options."""
-    parts = [f"slimswin-r{ratio:.2f}-{teacher_tag}"]
+    """``slimswin-r0.3333-swin-demo``, with ``-i2`` / ``-abs`` / ``-output`` for non-default options."""
+    parts = [f"slimswin-r{ratio_tag(ratio)}-{teacher_tag}"]
     if cfg.step_pairs != default.step_pairs:
         parts.append(f"i{cfg.step_pairs}")
     if cfg.reduce != default.reduce:
@@ -121,6 +125,15 @@ def run_id(teacher_tag: str, ratio: float, cfg: SlimSwinConfig, default: SlimSwi
     if cfg.gate_mode != default.gate_mode:
         parts.append(cfg.gate_mode)
     return "-".join(parts)
+
+
+def parse_ratio(text: str) -> float:
+    """``--ratio`` as a number (``0.33``) or a fraction (``1/3``)."""
+    num, sep, den = text.partition("/")
+    try:
+        return float(num) / float(den) if sep else float(text)
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"--ratio must be a number or a fraction such as 1/3, got {text!r}") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -184,11 +197,11 @@ def _pairs_to_prune(cfg: SlimSwinConfig, arch: nn.Module) -> int:
         ValueError: that is more than the prunable pairs (``step_pairs`` too large for the ratio).
     """
     total = sum(swin_layers(arch)[l].num_pairs for l in prunable_layers(arch, cfg.exclude))
-    pairs = math.ceil(math.ceil(cfg.target_ratio * total - 1e-9) / cfg.step_pairs) * cfg.step_pairs
-    if pairs > total:
-        raise ValueError(f"--step-pairs {cfg.step_pairs} overshoots: reaching ratio {cfg.target_ratio} would prune "
-                         f"{pairs} pairs, more than the {total} prunable ones; use a smaller --step-pairs")
-    return pairs
+    try:
+        return pairs_to_prune(total, cfg.target_ratio, cfg.step_pairs)
+    except ValueError:
+        raise ValueError(f"--step-pairs {cfg.step_pairs} overshoots: reaching ratio {cfg.target_ratio:.4g} would prune "
+                         f"more than the {total} prunable pairs; use a smaller --step-pairs") from None
 
 
 def run_slimswin(
@@ -294,14 +307,15 @@ def _run(req, ratio: float, step_pairs: int | None = None, reduce: str | None = 
 register_method(Method(
     "slimswin", "SlimSwin: prune window-head pairs of a Swin teacher to a global ratio (Algorithm 1).", RECIPES, _run,
     teacher="swin", family="Swin",
-    options=(Option("ratio", "global pruning ratio r in (0, 1), e.g. 0.33", type=float, required=True),
+    options=(Option("ratio", "global pruning ratio r in (0, 1), e.g. 1/3 (the paper's 0.33) or 0.3", type=parse_ratio,
+                    required=True),
              Option("step_pairs", "pairs pruned per iteration i (default: the profile's)", type=int),
              Option("reduce", "saliency over samples: |mean gradient| (default), mean |gradient|, or signed mean",
                     choices=("abs_of_mean", "abs", "signed")),
              Option("gate_mode", "gate Q/K/V (paper, default) or head outputs", choices=("qkv", "output"))),
-    examples=("workbench run slimswin --ratio 0.33",
-              "workbench run slimswin --teacher teacher-swin-demo --ratio 0.67 --step-pairs 2",
+    examples=("workbench run slimswin --ratio 1/3",
+              "workbench run slimswin --teacher teacher-swin-demo --ratio 2/3 --step-pairs 4",
               "workbench run slimswin --teacher swin_tiny_patch4_window7_224 --checkpoint swin_t.safetensors "
-              "--data ~/imagenet --profile paper --ratio 0.33"),
+              "--data ~/imagenet --profile paper --ratio 1/3"),
     report=_report,
 ))

@@ -1,59 +1,173 @@
-"""Train a teacher: the demo teachers on the demo set, or any timm model on an ImageFolder.
+"""Train a teacher: the demo teachers on the demo set, or the papers' backbones (any timm model) on an ImageFolder.
+
+Under the ``paper`` profile a teacher is the paper's backbone by timm name (``--arch vit`` ->
+``deit_small_patch16_224``, ``swin`` -> ``swin_tiny_patch4_window7_224``, ``cnn`` -> ``resnet50``;
+``--model deit-t|deit-b|swin-b|NAME`` for others) at its own resolution, trained with the DeiT recipe
+(:data:`BUDGETS`): timm's RandAugment and random erasing in the transform, timm's
+``Mixup`` (mixup / cutmix, label smoothing) as ``fit``'s batch transform with a soft-target cross-entropy,
+timm's ``RepeatAugSampler``, AdamW with the lr scaled by batch / 512, DataLoader workers.
+
+Pretrained weights (``--checkpoint FILE``; nothing is downloaded) initialise the model; the classifier is
+re-initialised when the checkpoint's has another number of classes. With ``--epochs 0`` the checkpoint is
+recorded as the teacher run as it is (evaluated on ``val/``, not trained): the usual way to give the
+methods an ImageNet teacher. Otherwise the recipe fine-tunes from it for the given epochs.
 
 Registered as the method ``teacher`` (``workbench train teacher --arch ...``); its budgets per profile
-(:data:`BUDGETS`: arch -> training config) live here like every method's. Measured curves behind the
-demo recipes are in ``docs/budgets.md``.
+(:data:`BUDGETS`: models, training configs and augmentation per arch) live here like every method's. The
+measured curves behind the demo recipes are in ``docs/budgets.md``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import os
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from torch.utils.data import Dataset
 
 from methods.teachers import DEMO_TEACHERS
-from methods.train import TrainConfig, fit
-from workbench.data import DemoDataset, image_folder
-from workbench.models import create_model
+from methods.train import TrainConfig, fit, mixup_cutmix, repeated_augmentation, soft_target_cross_entropy
+from workbench.data import DemoDataset, image_folder, scan_image_folder
+from workbench.models import create_model, load_weights, read_state_dict
 from workbench.pipelines import Method, Option, RunRequest, budget, register_method
 from workbench.profiles import get_profile
 from workbench.runs import Run, RunError, ensure_run, open_run, runs_root, sha256_file
 
-#: Demo recipes, chosen from measured held-out curves over the seeded initialisation (docs/budgets.md): ViT 93.4%
-#: after 24 epochs, Swin 93.1% after 24, CNN 97.8% after 8. One CPU thread: these models are so small that a second
+
+@dataclass(frozen=True)
+class Augment:
+    """Training-set augmentation of a teacher recipe, by timm's implementations (all off by default)."""
+
+    auto_augment: str | None = None  # timm RandAugment spec (DeiT: "rand-m9-mstd0.5-inc1"), None = off
+    re_prob: float = 0.0  # random erasing probability (timm RandomErasing, per-pixel noise; DeiT: 0.25)
+    mixup: float = 0.0  # mixup alpha (timm.data.Mixup; DeiT: 0.8); 0 with cutmix 0 = off
+    cutmix: float = 0.0  # cutmix alpha (DeiT: 1.0)
+    repeats: int = 0  # repeated augmentation (timm RepeatAugSampler; DeiT: 3), 0 = off
+    interpolation: str = "bilinear"  # resize interpolation of the training crops (DeiT: bicubic)
+
+    @property
+    def mixes(self) -> bool:
+        return self.mixup > 0 or self.cutmix > 0
+
+
+@dataclass(frozen=True)
+class TeacherBudget:
+    """How one profile trains its teachers."""
+
+    configs: dict[str, TrainConfig]  # --arch -> training config
+    models: dict[str, str] = field(default_factory=lambda: dict(DEMO_TEACHERS))  # --arch -> default timm name
+    augment: Augment = Augment()  # training augmentation of ImageFolder teachers (the demo digits have their own jitter)
+    lr_per_512: float | None = None  # if set, lr = lr_per_512 * batch / 512 (DeiT's scaling rule)
+
+    def config(self, arch: str) -> TrainConfig:
+        if arch not in self.configs:
+            raise ValueError(f"no teacher {arch!r}; choose from {', '.join(self.configs)}")
+        return self.configs[arch]
+
+    def model(self, arch: str) -> str:
+        """The default timm name of ``arch`` (demo: the small demo teachers; paper: the papers' backbones)."""
+        self.config(arch)
+        return self.models[arch]
+
+
+#: Short names of the papers' backbones for ``--model`` (any other timm name works too).
+PAPER_BACKBONES = {
+    "deit-t": "deit_tiny_patch16_224", "deit-s": "deit_small_patch16_224", "deit-b": "deit_base_patch16_224",
+    "swin-t": "swin_tiny_patch4_window7_224", "swin-b": "swin_base_patch4_window7_224", "resnet50": "resnet50",
+}
+
+
+def backbone(name: str) -> str:
+    """A ``--model`` value as a timm name: a :data:`PAPER_BACKBONES` alias or the name itself."""
+    return PAPER_BACKBONES.get(name.lower(), name)
+
+
+#: Demo recipes, chosen from measured held-out curves over the seeded initialisation (docs/budgets.md): ViT 93.4-93.7%
+#: after 24 epochs, Swin 95.6% after 16, CNN 97.8% after 8. One CPU thread: these models are so small that a second
 #: thread mostly adds synchronisation; `workbench figures` trains two of them side by side instead.
 _DEMO = {
     "vit": TrainConfig(epochs=24, batch_size=32, lr=1e-3, weight_decay=0.05, warmup_epochs=2, cpu_threads=1),
-    "swin": TrainConfig(epochs=24, batch_size=32, lr=2e-3, weight_decay=0.05, warmup_epochs=2, cpu_threads=1),
+    "swin": TrainConfig(epochs=16, batch_size=32, lr=2e-3, weight_decay=0.05, warmup_epochs=2, cpu_threads=1),
     "cnn": TrainConfig(epochs=8, batch_size=32, lr=2e-3, weight_decay=0.05, warmup_epochs=1, cpu_threads=1),
 }
 
-#: profile -> arch -> training config of the teacher.
-BUDGETS: dict[str, dict[str, TrainConfig]] = {
-    "demo": _DEMO,
-    "smoke": {k: replace(v, epochs=2, batch_size=64, warmup_epochs=0, progress=False) for k, v in _DEMO.items()},
-    # DeiT recipe (Touvron et al. 2021): AdamW, lr 5e-4 x batch/512, wd 0.05, 300 epochs, 5 warm-up.
-    "paper": {k: TrainConfig(epochs=300, batch_size=1024, lr=1e-3, weight_decay=0.05, warmup_epochs=5,
-                             label_smoothing=0.1, amp=True) for k in ("vit", "swin", "cnn")},
+#: profile -> how it trains teachers.
+BUDGETS: dict[str, TeacherBudget] = {
+    "demo": TeacherBudget(_DEMO),
+    "smoke": TeacherBudget({k: replace(v, epochs=2, batch_size=64, warmup_epochs=0, progress=False) for k, v in _DEMO.items()}),
+    # DeiT recipe (Touvron et al. 2021, Table 9): AdamW, lr 5e-4 x batch / 512 (1e-3 at batch 1024), wd 0.05, cosine,
+    # 5 warm-up epochs, 300 epochs, label smoothing 0.1 (inside Mixup's soft targets), bf16 on GPUs; DataLoader
+    # workers: one per core up to 8.
+    "paper": TeacherBudget(
+        {k: TrainConfig(epochs=300, batch_size=1024, lr=1e-3, weight_decay=0.05, warmup_epochs=5, warmup_lr=1e-6,
+                        min_lr=1e-5, label_smoothing=0.1, amp=True, num_workers=min(8, os.cpu_count() or 1))
+         for k in ("vit", "swin", "cnn")},
+        models={"vit": PAPER_BACKBONES["deit-s"], "swin": PAPER_BACKBONES["swin-t"], "cnn": PAPER_BACKBONES["resnet50"]},
+        augment=Augment(auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.25, mixup=0.8, cutmix=1.0, repeats=3,
+                        interpolation="bicubic"),
+        lr_per_512=5e-4,
+    ),
 }
 
 
-def datasets(profile: str, data: str | None = None, input_size=(1, 28, 28), mean=None, std=None) -> tuple[Dataset, Dataset]:
-    """Training and held-out sets of a profile: the demo split, or ``DATA/train`` and ``DATA/val``."""
+def datasets(profile: str, data: str | None = None, input_size=(1, 28, 28), mean=None, std=None, *,
+             augment: Augment | None = None, eval_transform: dict | None = None) -> tuple[Dataset, Dataset]:
+    """Training and held-out sets of a profile: the demo split, or ``DATA/train`` and ``DATA/val``.
+
+    Args:
+        profile: ``demo``, ``smoke`` or ``paper`` (the demo split's size; ``paper`` needs ``data``).
+        data: ImageFolder root with ``train/`` and ``val/``, or None for the demo set (digits padded to
+            ``input_size``).
+        input_size, mean, std: the model's input.
+        augment: ImageFolder training augmentation (RandAugment, random erasing; None: timm's default
+            training transform).
+        eval_transform: more ``create_transform`` options of the held-out set (``crop_pct``, ``interpolation``).
+    """
     prof = get_profile(profile)
     if data is None:
         if profile == "paper":
             raise ValueError("the paper profile trains on your data: pass --data PATH (an ImageFolder with train/ and val/)")
-        return DemoDataset("train", train_transform=True, limit=prof.train_limit), DemoDataset("val", limit=prof.val_limit)
+        size = tuple(input_size)  # digits padded to the model's input size (DemoDataset)
+        return (DemoDataset("train", train_transform=True, limit=prof.train_limit, input_size=size),
+                DemoDataset("val", limit=prof.val_limit, input_size=size))
     root = Path(data).expanduser()
     kw = dict(input_size=input_size, mean=mean, std=std)
-    return image_folder(root / "train", is_training=True, **kw), image_folder(root / "val", is_training=False, **kw)
+    train_kw = {} if augment is None else dict(auto_augment=augment.auto_augment, re_prob=augment.re_prob,
+                                               re_mode="pixel", re_count=1, interpolation=augment.interpolation)
+    return (image_folder(root / "train", is_training=True, **kw, **train_kw),
+            image_folder(root / "val", is_training=False, **kw, **(eval_transform or {})))
 
 
-def teacher_run_id(arch: str, profile: str) -> str:
-    return f"teacher-{arch}-{profile}"
+def teacher_run_id(arch: str, profile: str, model_name: str | None = None) -> str:
+    """``teacher-swin-demo`` for the profile's own model of ``arch``; ``teacher-<timm name>-<profile>`` for another."""
+    default = budget("teacher", profile).model(arch)
+    return f"teacher-{arch}-{profile}" if model_name in (None, default) else f"teacher-{model_name}-{profile}"
+
+
+def _classes(data: str) -> list[str]:
+    """Class names of ``DATA/train`` (which ``DATA/val`` must share)."""
+    root = Path(data).expanduser()
+    train = scan_image_folder(root / "train", require_classes=True).classes
+    val = scan_image_folder(root / "val", require_classes=True).classes
+    if train != val:
+        raise ValueError(f"{root}/train and {root}/val have different class folders ({len(train)} vs {len(val)}: "
+                         f"{sorted(set(train) ^ set(val))[:5]}); both need the same classes")
+    return list(train)
+
+
+def _load_pretrained(model, checkpoint: str, log: Callable[[str], None]) -> None:
+    """Load a checkpoint; a classifier of another class count is left freshly initialised (and said so)."""
+    state = read_state_dict(checkpoint)
+    own = model.state_dict()
+    head = model.pretrained_cfg.get("classifier") or ()
+    head = (head,) if isinstance(head, str) else tuple(head)
+    mismatched = [k for k in state if k in own and state[k].shape != own[k].shape]
+    if mismatched and all(k.startswith(tuple(f"{h}." for h in head)) for k in mismatched):
+        state = {k: v for k, v in state.items() if not k.startswith(tuple(f"{h}." for h in head))}
+        state.update({k: v for k, v in own.items() if k.startswith(tuple(f"{h}." for h in head))})
+        log(f"checkpoint classifier ({', '.join(mismatched)}) has another number of classes: re-initialised")
+    load_weights(model, state, what=f"checkpoint {checkpoint!r}")
 
 
 def train_teacher(
@@ -65,47 +179,104 @@ def train_teacher(
     data: str | None = None,
     model_name: str | None = None,
     epochs: int | None = None,
+    batch_size: int | None = None,
+    checkpoint: str | None = None,
     log=print,
 ) -> Run:
     """Train (or reuse, or resume) a teacher run.
 
     Args:
-        arch: ``vit``, ``swin`` or ``cnn`` (the demo teachers; with ``model_name`` only the recipe).
+        arch: ``vit``, ``swin`` or ``cnn``: the profile's model of that family (demo teachers; the papers'
+            backbones under ``paper``) and its recipe.
         profile: ``demo``, ``smoke`` or ``paper``.
         force: retrain even if a complete run exists.
         device: ``auto``, ``cpu`` or ``cuda``.
         data: an ImageFolder root with ``train/`` and ``val/`` (required by ``paper``).
-        model_name: a timm architecture instead of the demo teacher of ``arch``.
-        epochs: override the profile's epoch count.
+        model_name: a timm architecture (or a ``PAPER_BACKBONES`` alias such as ``deit-b``) instead of the
+            profile's model of ``arch``.
+        epochs: override the profile's epoch count (0: record ``checkpoint`` as the teacher, untrained).
+        batch_size: override the profile's batch size (the paper profile scales the lr with it).
+        checkpoint: pretrained weights to start from (module docstring).
+
+    Raises:
+        ValueError: unknown arch or model, ``--epochs 0`` without a checkpoint, bad data, missing checkpoint.
     """
     if arch not in DEMO_TEACHERS:
         raise ValueError(f"unknown teacher arch {arch!r}; choose from {', '.join(DEMO_TEACHERS)}")
-    name = model_name or DEMO_TEACHERS[arch]
-    cfg: TrainConfig = replace(budget("teacher", profile)[arch], device=device)
+    prof = budget("teacher", profile)
+    name = backbone(model_name) if model_name else prof.model(arch)
+    import timm
+
+    import methods.teachers  # noqa: F401  (the demo teachers are timm names)
+
+    if not timm.is_model(name):
+        create_model(name)  # its clear error for an unknown name, before anything is written
+    cfg: TrainConfig = replace(prof.config(arch), device=device)
     if epochs is not None:
+        if epochs < 0:
+            raise ValueError(f"--epochs must be >= 0, got {epochs}")
         cfg = replace(cfg, epochs=epochs)
-    model_kwargs = {} if data is None else {"num_classes": len(_classes(data))}
+    if batch_size is not None:
+        if batch_size < 1:
+            raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+        cfg = replace(cfg, batch_size=batch_size)
+    if prof.lr_per_512 is not None:
+        cfg = replace(cfg, lr=prof.lr_per_512 * cfg.batch_size / 512)  # DeiT: 5e-4 x batch / 512
+    if cfg.epochs == 0 and checkpoint is None:
+        raise ValueError("--epochs 0 records a teacher without training it: pass its weights with --checkpoint FILE")
+    sha = None
+    if checkpoint is not None:
+        if not Path(checkpoint).expanduser().is_file():
+            raise ValueError(f"teacher checkpoint {checkpoint!r} does not exist")
+        sha = sha256_file(Path(checkpoint).expanduser())
+    classes = _classes(data) if data is not None else []
+    model_kwargs = {"num_classes": len(classes)} if data is not None else {}
+    augment = prof.augment if data is not None else None  # the demo digits have their own jitter
     config = {"method": "teacher", "model_name": name, "model_kwargs": model_kwargs, "profile": profile,
-              "data": data or "demo", "train": {k: v for k, v in cfg.to_dict().items() if k not in ("device", "progress", "cpu_threads")}}
+              "data": data or "demo", "init_checkpoint_sha256": sha,
+              "augment": asdict(augment) if augment is not None else None,
+              "train": {k: v for k, v in cfg.to_dict().items() if k not in ("device", "progress", "cpu_threads", "num_workers")}}
 
     def body(run: Run) -> dict:
         import torch
 
         torch.manual_seed(cfg.seed)  # the initialisation: the same whatever ran before in this process
         model = create_model(name, **model_kwargs)
+        if checkpoint is not None:
+            _load_pretrained(model, str(Path(checkpoint).expanduser()), log)
         pc = model.pretrained_cfg
-        train_set, val_set = datasets(profile, data, tuple(pc["input_size"]), pc.get("mean"), pc.get("std"))
-        history = fit(model, train_set, val_set, cfg, ckpt_dir=run.dir, on_epoch_end=run.log_epoch)
+        eval_tf = {k: pc[k] for k in ("crop_pct", "interpolation") if pc.get(k) is not None}
+        train_set, val_set = datasets(profile, data, tuple(pc["input_size"]), pc.get("mean"), pc.get("std"),
+                                      augment=augment, eval_transform=eval_tf)
+        options = {}
+        if augment is not None and augment.mixes:
+            options.update(batch_transform=mixup_cutmix(len(classes), augment.mixup, augment.cutmix, cfg.label_smoothing),
+                           loss_fn=soft_target_cross_entropy())
+        if augment is not None and augment.repeats:
+            options["sampler"] = repeated_augmentation(augment.repeats)
+        if cfg.epochs == 0:
+            return _record_checkpoint(run, model, val_set, cfg, len(train_set))
+        log(f"training {name} ({profile} profile) on {data or 'the demo set'}: {len(train_set)} images, "
+            f"{cfg.epochs} epochs, batch {cfg.batch_size}, lr {cfg.lr:.3g}")
+        history = fit(model, train_set, val_set, cfg, ckpt_dir=run.dir, on_epoch_end=run.log_epoch, **options)
         final = history[-1]
         return {"val_acc": final["val_acc"], "val_loss": final["val_loss"], "epochs": len(history),
                 "train_images": len(train_set), "val_images": len(val_set)}
 
-    return ensure_run(teacher_run_id(arch, profile), config, body, force=force, log=log)
+    return ensure_run(teacher_run_id(arch, profile, name), config, body, force=force, log=log)
 
 
-def _classes(data: str) -> list[str]:
-    root = Path(data).expanduser() / "train"
-    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+def _record_checkpoint(run: Run, model, val_set: Dataset, cfg: TrainConfig, train_images: int) -> dict:
+    """``--epochs 0``: the checkpoint becomes the run's weights after one evaluation on the held-out set."""
+    from torch.utils.data import DataLoader
+
+    from methods.train import atomic_save_safetensors, evaluate, resolve_device
+
+    dev = resolve_device(cfg.device)
+    model.to(dev)
+    metrics = evaluate(model, DataLoader(val_set, batch_size=256, num_workers=cfg.num_workers), dev)
+    atomic_save_safetensors(model.state_dict(), run.checkpoint)
+    return {**metrics, "epochs": 0, "train_images": train_images, "val_images": len(val_set)}
 
 
 @dataclass(frozen=True)
@@ -140,10 +311,18 @@ def resolve_teacher(teacher: str | Run | None, profile: str, *, default_arch: st
     """
     teacher = default_arch if teacher is None else str(teacher.dir) if isinstance(teacher, Run) else teacher
     if teacher in DEMO_TEACHERS:
-        if profile == "paper":
-            raise ValueError(f"the paper profile needs a real {family} teacher: pass --teacher a teacher run id, "
-                             f"or a timm {family} name with --checkpoint WEIGHTS")
-        teacher = train_teacher(teacher, profile, device=device, data=data, log=log).id
+        if profile == "paper":  # the paper's backbone trained (or recorded) on the user's data; never trained here
+            rid = teacher_run_id(teacher, "paper")
+            if not (runs_root() / rid / "manifest.json").exists() or open_run(rid).status != "complete":
+                name = budget("teacher", "paper").model(teacher)
+                raise ValueError(
+                    f"the paper profile needs a real {family} teacher and run {rid!r} does not exist (or is unfinished): "
+                    f"train {name} with `workbench train teacher --arch {teacher} --profile paper --data ROOT`, or record "
+                    f"pretrained weights with `... --checkpoint WEIGHTS --epochs 0`; or pass --teacher RUN_ID, or a timm "
+                    f"{family} name with --checkpoint WEIGHTS")
+            teacher = rid
+        else:
+            teacher = train_teacher(teacher, profile, device=device, data=data, log=log).id
     if (runs_root() / teacher / "manifest.json").exists() or (Path(teacher).expanduser() / "manifest.json").exists():
         if checkpoint is not None:
             raise ValueError(f"teacher {teacher!r} is a run with its own checkpoint; drop --checkpoint")
@@ -163,16 +342,23 @@ def resolve_teacher(teacher: str | Run | None, profile: str, *, default_arch: st
     return TeacherRef(teacher, teacher, teacher, {}, str(path), sha256_file(path))
 
 
-def _run(req: RunRequest, arch: str, model: str | None = None, epochs: int | None = None) -> Run:
+def _run(req: RunRequest, arch: str, model: str | None = None, epochs: int | None = None, batch_size: int | None = None,
+         checkpoint: str | None = None) -> Run:
     return train_teacher(arch, req.profile.name, force=req.force, device=req.device, data=req.data, model_name=model,
-                         epochs=epochs, log=req.log)
+                         epochs=epochs, batch_size=batch_size, checkpoint=checkpoint, log=req.log)
 
 
 register_method(Method(
-    "teacher", "Train a teacher (a demo teacher, or any timm model on --data) as a run.", BUDGETS, _run,
-    options=(Option("arch", "which demo teacher (or which recipe, with --model)", choices=tuple(DEMO_TEACHERS),
-                    required=True),
-             Option("model", "a timm architecture instead of the demo teacher (with --data)"),
-             Option("epochs", "override the profile's epoch count", type=int)),
-    examples=("workbench train teacher --arch vit", "workbench train teacher --arch swin --profile smoke --force"),
+    "teacher", "Train a teacher (a demo teacher, or the papers' backbones / any timm model on --data) as a run.",
+    BUDGETS, _run,
+    options=(Option("arch", "model family: the demo teacher, or under --profile paper DeiT-S / Swin-T / ResNet-50",
+                    choices=tuple(DEMO_TEACHERS), required=True),
+             Option("model", "another timm name, or deit-t, deit-s, deit-b, swin-t, swin-b, resnet50"),
+             Option("checkpoint", "pretrained weights to start from (.safetensors, .pt, .pth)"),
+             Option("epochs", "override the profile's epoch count (0 with --checkpoint: record the weights as the "
+                    "teacher)", type=int),
+             Option("batch_size", "override the batch size (paper: lr = 5e-4 x batch / 512)", type=int)),
+    examples=("workbench train teacher --arch vit", "workbench train teacher --arch swin --profile smoke --force",
+              "workbench train teacher --arch vit --profile paper --data ~/imagenet --checkpoint deit_s.safetensors "
+              "--epochs 0"),
 ))

@@ -4,7 +4,8 @@
 - :func:`plot_window_saliency` -- saliency (or any pair variable) of a ``window_saliency`` Dataset
   painted over the image, layers x heads, window borders drawn (shifted windows wrap around).
 - :func:`plot_gate_masks` -- Figs. 2/3 recast: which window-head pairs survive, per ratio, over the image
-  (blue = kept, grey = pruned, the paper's colours).
+  (blue = kept, grey = pruned, the paper's colours), one panel per (layer, head).
+- :func:`plot_kept_heads` -- the same masks compacted: per ratio and layer, how many heads each window keeps.
 - :func:`plot_accuracy_vs_ratio` -- Figs. 4/5: held-out accuracy against the global ratio, teacher dashed.
 - :func:`plot_layer_ratio` -- Figs. 6/7: the pruned share of every layer's pairs at one global ratio.
 
@@ -14,7 +15,7 @@ the Datasets and the pure-xarray helpers used below).
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import matplotlib.colors as mcolors
 import matplotlib.pyplot as plt
@@ -102,8 +103,12 @@ def _window_borders(window: np.ndarray) -> LineCollection:
     return LineCollection(segs, colors="white", linewidths=1.2)
 
 
-def _label_windows(a: Axes, grid: xr.DataArray, values: np.ndarray, fmt: str, color: str = "white") -> None:
-    """Write each window's value at the centre of its largest piece (wrapped windows have several)."""
+def _label_windows(a: Axes, grid: xr.DataArray, values: np.ndarray, fmt: str,
+                   color: str | Callable[[float], str] = "white") -> None:
+    """Write each window's value at the centre of its largest piece (wrapped windows have several).
+
+    ``color`` is a colour or a function of the value (e.g. dark text on light windows).
+    """
     window = grid["window"].values
     for win in np.unique(window):
         ys, xs = np.nonzero(window == win)
@@ -114,7 +119,7 @@ def _label_windows(a: Axes, grid: xr.DataArray, values: np.ndarray, fmt: str, co
         v = values[window == win][0]
         if np.isfinite(v):
             a.text(x_piece.mean(), y_piece.mean(), fmt.format(v), ha="center", va="center", fontsize="x-small",
-                   color=color, fontweight="bold")
+                   color=color(v) if callable(color) else color, fontweight="bold")
 
 
 def _image_extent(grid: xr.DataArray) -> tuple[float, float, float, float]:
@@ -153,9 +158,7 @@ def plot_window_saliency(ds: xr.Dataset, *, layers: Sequence[int] | None = None,
                 continue
             a = axes[r, c]
             title = f"layer {l}{' (shifted)' if g.attrs['shifted'] else ''}, head {h}"
-            if h not in g["head"].values:
-                a.set_title(title)
-                a.text(0.5, 0.5, "no such head", ha="center", va="center", transform=a.transAxes, color="0.4")
+            if h not in g["head"].values:  # a layer with fewer heads than the widest one: leave the slot empty
                 a.set_axis_off()
                 continue
             panel = g.sel(head=h) / scale
@@ -219,6 +222,55 @@ def plot_gate_masks(masks: Mapping[str, xr.Dataset], *, layers: Sequence[int] | 
                 a.set_ylabel(lab)
     fig.legend(handles=[Patch(color=KEPT_COLOR, label="kept pair"), Patch(color=PRUNED_COLOR, label="pruned pair")],
                loc="outside lower center", ncols=2, frameon=False, fontsize="small")
+    return fig
+
+
+def plot_kept_heads(masks: Mapping[str, xr.Dataset], *, layers: Sequence[int] | None = None,
+                    image: np.ndarray | xr.DataArray | None = None, ax: Axes | None = None) -> Figure:
+    """How many heads every window keeps, per model (rows) and layer (columns), over the image.
+
+    Each window is coloured by the share of the layer's heads it keeps (white: none, dark blue: all) and
+    labelled with the count; the panel title gives the layer's kept / all pairs.
+
+    Args:
+        masks: row label (e.g. ``"r = 1/3"``) -> a ``window_saliency`` Dataset of that model (its ``mask``).
+        layers: layer labels to show; default: the prunable layers.
+        image: ``(H, W)`` image in [0, 1] drawn as a contour for orientation.
+        ax: draw only the first panel into this Axes.
+    """
+    labels = list(masks)
+    first = masks[labels[0]]
+    if layers is None:
+        layers = sorted(set(first["layer"].values[first["prunable"].values.astype(bool)].tolist()))
+    fig, axes = _figure(len(labels), len(layers), ax)
+    cmap = plt.get_cmap("Blues")
+    norm = mcolors.Normalize(0.0, 1.0)
+    for r, lab in enumerate(labels):
+        for c, l in enumerate(layers):
+            if ax is not None and (r or c):
+                continue
+            a = axes[r, c]
+            g = as_window_grid(masks[lab], l, "mask", units="pixel")  # (head, y, x) 0/1
+            kept = g.sum("head")  # (y, x) kept heads of each position's window
+            a.imshow((kept / g.sizes["head"]).values, cmap=cmap, norm=norm, extent=_image_extent(g))
+            if image is not None:
+                a.contour(np.asarray(image), levels=[0.5], colors="0.45", linewidths=0.8,
+                          extent=(-0.5, g.sizes["x"] - 0.5, -0.5, g.sizes["y"] - 0.5), origin="upper")
+            borders = _window_borders(g["window"].values)
+            borders.set_color("0.6")
+            a.add_collection(borders)
+            n_heads = g.sizes["head"]
+            _label_windows(a, kept, kept.values, "{:.0f}", color=lambda v, n=n_heads: "white" if v / n > 0.6 else "0.15")
+            sel = masks[lab]["layer"].values == l
+            n_kept, n_all = int(masks[lab]["mask"].values[sel].sum()), int(sel.sum())
+            a.set_title(f"layer {l}{' (SW)' if g.attrs['shifted'] else ''}: {n_kept}/{n_all} kept", fontsize="small")
+            a.set_xticks([]), a.set_yticks([])
+            if c == 0:
+                a.set_ylabel(lab)
+            if r == len(labels) - 1:
+                a.set_xlabel(f"{g.sizes['head']} heads, {len(np.unique(g['window'].values))} windows", fontsize="small")
+    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=list(axes.ravel()), shrink=0.8, aspect=25).set_label(
+        "share of the layer's heads kept in the window\n(number: heads kept)")
     return fig
 
 
