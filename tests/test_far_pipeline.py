@@ -77,7 +77,7 @@ def test_wrong_teacher_refused(far_runs, tmp_path, monkeypatch):
     shutil.copytree(far.dir, home / "runs" / far.id)
     cfg_path = home / "runs" / far.id / "config.json"
     cfg = json.loads(cfg_path.read_text())
-    cfg["teacher"]["model_kwargs"] = {"embed_dim": 32, "num_heads": 2}
+    cfg["model_kwargs"]["base_kwargs"] = {"embed_dim": 32, "num_heads": 2}  # the student's recorded architecture
     cfg_path.write_text(json.dumps(cfg))
     monkeypatch.setenv("WORKBENCH_HOME", str(home))
     with pytest.raises(CheckpointError, match=r"far-vit-smoke.*unexpected keys: blocks\.0\.attn\.lstms\.4.*pos_embed \(1, 50, 64\) vs \(1, 50, 32\)"):

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 import methods.slimswin as ss
 import methods.teachers  # noqa: F401
-from workbench.analysis.window_saliency import accuracy, as_window_grid, extract_window_saliency, layer_ratio
+from workbench.analysis.window_saliency import extract_window_saliency
+from workbench.window_views import accuracy, as_window_grid, layer_ratio
 from workbench.cli import main
 from workbench.models import load_model
 from workbench.pipelines.slimswin import get_recipe, load_history, load_masks, pruned_model, run_slimswin
@@ -257,6 +258,6 @@ def test_slimswin_plots_and_views_do_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys, workbench.plots.slimswin, workbench.analysis.window_saliency; "
+    code = ("import sys, workbench.plots.slimswin, workbench.window_views; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0

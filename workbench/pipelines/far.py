@@ -342,8 +342,11 @@ def _check_teacher_is_vit(t: TeacherRef) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _run(req, schedule: Schedule = "combined", prune: bool = True) -> Run:
+def _run(req, schedule: Schedule = "combined", prune: bool = True, table3: bool = False) -> Run:
     t = req.teacher
+    if table3:
+        return run_far_ablation(t.run or t.ref, req.profile.name, schedule, force=req.force, device=req.device,
+                                data=req.data, checkpoint=t.checkpoint, log=req.log)
     return run_far(t.run or t.ref, req.profile.name, schedule=schedule, prune=prune, force=req.force, device=req.device,
                    data=req.data, checkpoint=t.checkpoint, log=req.log)
 
@@ -353,6 +356,8 @@ register_method(Method(
     teacher="vit", family="ViT",
     options=(Option("schedule", "Table 3 loss schedule of the distillation phase (combined = Eq. 4)",
                     choices=tuple(SCHEDULES), default="combined"),
-             Option("prune", "DeepHoyer pruning after distillation + finetuning", type=None, default=True, switch=True)),
+             Option("prune", "DeepHoyer pruning after distillation + finetuning", type=None, default=True, switch=True),
+             Option("table3", "the Table 3 ablation run of --schedule (the profile's short ablation budget)", type=None,
+                    default=False, switch=True)),
     examples=("workbench run far", "workbench run far --teacher teacher-vit-demo --schedule sim --no-prune"),
 ))

@@ -26,7 +26,7 @@ from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from workbench.analysis.window_saliency import as_window_grid
+from workbench.window_views import as_window_grid
 from workbench.plots.theme import ATTENTION_CMAP, MISSING_COLOR, PANEL_INCHES
 
 #: Colours of the paper's Figs. 2 and 3: blue = remaining pair, grey = pruned pair.

@@ -3,28 +3,23 @@
 Counts: :func:`methods.far.count_flops` (the shared counter :func:`methods.flops.count_macs`, which
 counts every attention kernel and the fused LSTM kernels; MACs = the paper's fvcore "FLOPs"). Latency: :func:`methods.far.latency.torch_latency_ms`, one thread, batch 1, median
 of 3 runs right after the MAC count's own forward pass (``benchmarks/far_latency.py`` does the full measurement, also with ONNX
-Runtime as in App. A.4). The measurements are cached in the profile's store directory (keyed by
-versions and the measured set) so that redrawing the table does not re-time the models;
-``workbench figures --force`` re-measures.
+Runtime as in App. A.4). The measurements are the stored figure data ``far.table2``, an exclusive data
+function: it runs alone, after every other preparation step, so no training shares the CPU with the timing;
+redrawing the table reads the store, and ``workbench figures --force`` re-measures.
 """
 
 from __future__ import annotations
 
-import json
-import os
-
 import pandas as pd
+import xarray as xr
 
-from workbench.figures import Context, Table
-
-#: profile -> (variants, image sizes, latency repeats, warm-up runs)
-TABLE2_SETS = {"smoke": (("tiny",), (224,), 1, 0)}
-#: no warm-up run by default: counting MACs (count_flops) runs each model once just before it is timed.
-DEFAULT_SET = (("tiny", "small", "base"), (224, 384), 3, 0)
+from workbench.figures import dataset, figure
+from workbench.figures.context import Context
+from workbench.plots.table import Table
 
 
 def _measure(variants, sizes, repeats, warmup, demo_models, log) -> list[dict]:
-    from methods.far.latency import cpu_threads
+    from methods.train import cpu_threads
 
     with cpu_threads(1):  # building and counting too: a second thread only oversubscribes a shared 2-core CPU
         return _measure_all(variants, sizes, repeats, warmup, demo_models, log)
@@ -33,9 +28,8 @@ def _measure(variants, sizes, repeats, warmup, demo_models, log) -> list[dict]:
 def _measure_all(variants, sizes, repeats, warmup, demo_models, log) -> list[dict]:
     import torch
 
-    from methods.far import FAR_VARIANTS, PAPER_TABLE2, count_flops, replace_attention, shrink
-    from methods.far.latency import torch_latency_ms, uniform_keep_masks
-    from methods.far.paper import PAPER_UNIFORM_KEEP
+    from methods.far import (FAR_VARIANTS, PAPER_TABLE2, PAPER_UNIFORM_KEEP, count_flops, replace_attention, shrink,
+                             torch_latency_ms, uniform_keep_masks)
 
     rows = []
     for v in variants:
@@ -85,29 +79,34 @@ def _note(r: dict, rows: list[dict]) -> str:
     return "; ".join(notes)
 
 
-def table2_frame(ctx: Context, runs) -> Table:
-    """Build the Table 2 frame (measuring, or reading the cached measurements)."""
+@dataset("far.table2", after=("far.runs",), exclusive=True)
+def table2_data(ctx: Context) -> xr.Dataset:
+    """Params, MACs and single-thread latency of real-size DeiT / FAR / FAR† and of the demo models, one row each."""
+    from workbench.figures.far import far_runs
     from workbench.models import load_model
-    from workbench.provenance import versions
+    from workbench.pipelines import budget
+    from workbench.xrutils import rows_to_dataset
 
-    teacher, far, pruned = runs
-    variants, sizes, repeats, warmup = TABLE2_SETS.get(ctx.profile.name, DEFAULT_SET)
-    key = {"versions": versions(), "variants": variants, "sizes": sizes, "repeats": repeats, "warmup": warmup,
-           "demo": [r.manifest.get("checkpoint_sha256") for r in runs], "cpus": os.cpu_count()}
-    cache = ctx.store_dir / "far_table2.json"
-    rows = None
-    if cache.exists() and not ctx.force:
-        stored = json.loads(cache.read_text())
-        if stored.get("key") == json.loads(json.dumps(key)):
-            rows = stored["rows"]
-    if rows is None:
-        demo = [(f"demo teacher ({teacher.id})", load_model(teacher.id).model), (f"demo FAR ({far.id})", load_model(far.id).model),
-                (f"demo FAR† ({pruned.id})", load_model(pruned.id).model)]
-        rows = _measure(variants, sizes, repeats, warmup, demo, ctx.log)
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f".{cache.name}.tmp")
-        tmp.write_text(json.dumps({"key": key, "rows": rows}, indent=1))
-        os.replace(tmp, cache)
+    teacher, far, pruned = far_runs(ctx)
+    b = budget("far", ctx.profile)
+    demo = [(f"demo teacher ({teacher.id})", load_model(teacher.id).model), (f"demo FAR ({far.id})", load_model(far.id).model),
+            (f"demo FAR† ({pruned.id})", load_model(pruned.id).model)]
+    rows = _measure(b.table2_variants, b.table2_sizes, b.table2_repeats, 0, demo, ctx.log)
+    from torch import __version__ as torch_version
+
+    from methods.far import CONVENTIONS
+
+    return rows_to_dataset(rows).assign_attrs(repeats=b.table2_repeats, torch=str(torch_version),
+                                              not_counted=CONVENTIONS["not_counted"],
+                                              demo_runs=", ".join(r.id for r in (teacher, far, pruned)))
+
+
+def table2(ds: xr.Dataset) -> Table:
+    """Table 2 from the stored measurements."""
+    from workbench.xrutils import dataset_rows
+
+    rows = dataset_rows(ds)
+    repeats, warmup, torch_version = int(ds.attrs["repeats"]), 0, ds.attrs["torch"]
     base = {r["family"]: r for r in rows if r["model"].startswith("DeiT")}
     out = []
     for r in rows:
@@ -123,13 +122,10 @@ def table2_frame(ctx: Context, runs) -> Table:
             "latency / DeiT (ours)": None if deit is None else round(r["ms"] / deit["ms"], 2),
             "latency / DeiT (paper)": pd_ratio, "note": _note(r, rows),
         })
-    from methods.far import CONVENTIONS
-    from torch import __version__ as torch_version
-
     notes = [
         "MACs per image, batch 1, counted by methods.flops.count_macs (torch's FlopCounterMode plus formulas for every "
         "scaled-dot-product-attention kernel and the fused LSTM kernels: the same count with fused or explicit attention); "
-        "the paper's 'FLOPs' are MACs (fvcore convention). Not counted: " + CONVENTIONS["not_counted"],
+        "the paper's 'FLOPs' are MACs (fvcore convention). Not counted: " + ds.attrs["not_counted"],
         "DeiT-Tiny at 384² is the one DeiT entry we do not reproduce: 4.682 G here vs the paper's 4.63 (+1.1%), while "
         "DeiT-Small/Base at 384² and every DeiT at 224² agree within 0.3%. Our attention part of DeiT-T@384, "
         "2·T²·D·L = 1534.1 M, is exactly the MHSA count the Sparsifiner paper reports for that model, so we take the "
@@ -141,8 +137,14 @@ def table2_frame(ctx: Context, runs) -> Table:
         "figures` ended (no training alongside) on this machine's CPU, random weights; the paper used ONNX Runtime on an AMD EPYC "
         "9254 (median of 100 after 30). Absolute ms are not comparable across machines: compare the ratios to DeiT. "
         "benchmarks/far_latency.py measures ONNX Runtime too.",
-        f"demo models: {teacher.id}, {far.id}, {pruned.id} at 28×28 (50 tokens).",
+        f"demo models: {ds.attrs['demo_runs']} at 28×28 (50 tokens).",
     ]
     frame = pd.DataFrame(out).astype(object)
     frame = frame.where(frame.notna(), "–")
-    return Table(frame, f"FAR Table 2: size, MACs and CPU latency (profile {ctx.profile.name})", notes)
+    return Table(frame, f"FAR Table 2: size, MACs and CPU latency (profile {ds.attrs.get('profile')})", notes)
+
+
+figure("far.table2", paper="far", kind="table", data="far.table2", plot=table2,
+       caption="Table 2: parameters, MACs ('FLOPs' in the paper's fvcore convention) and single-thread CPU latency at "
+               "224² and 384² of DeiT-Tiny/Small/Base, their FAR versions and uniformly pruned FAR† versions at real "
+               "size (random weights), plus the demo models, with the paper's numbers beside.")

@@ -1,0 +1,233 @@
+"""SlimSwin figures and tables (Eryilmaz & Akturk, papers/004), on the demo Swin and at real size.
+
+The demo Swin (``swin_demo``: digits padded to 32 x 32, patch 2, window 4, depths (2, 2, 2), heads
+(3, 6, 12)) has 16 windows in stage 0, 4 in stage 1 and a single window in its last stage, which SlimSwin
+never prunes (§V-A): its 144 prunable pairs are 2 layers x 16 windows x 3 heads + 2 layers x 4 windows x 6
+heads. The sweep behind Figs. 2, 4, 6, 7 and Table I runs :func:`workbench.pipelines.slimswin.run_sweep`
+(r = 1/3, 4/9, 5/9, 2/3, each run continuing the previous one's iterations). MAC counts at real size
+(Fig. 1, Table I) need no weights.
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import pandas as pd
+import xarray as xr
+
+from workbench.figures import dataset, figure
+from workbench.figures.context import Context
+from workbench.plots.table import Table
+
+PAPER = "slimswin"
+
+
+def _ratio_label(r: float) -> str:
+    """``1/3 (0.33)`` for a paper ratio, ``0.30`` otherwise."""
+    f = Fraction(r).limit_denominator(9)
+    return f"{f} ({r:.2f})" if abs(float(f) - r) < 1e-9 and f.denominator > 1 else f"{r:.2f}"
+
+
+def sweep(ctx: Context):
+    """The teacher and the profile's SlimSwin runs (one per ratio, ascending), trained or reused."""
+    from workbench.pipelines.slimswin import run_sweep
+
+    teacher = ctx.teacher("swin")
+    return teacher, [ctx.use_run(r) for r in run_sweep(teacher.id, ctx.profile.name, device=ctx.device, log=ctx.log)]
+
+
+# ---------------------------------------------------------------------------------------- data
+@dataset("slimswin.breakdown")
+def breakdown_data(ctx: Context) -> xr.Dataset:
+    """Component-wise FLOPs of Swin-T and Swin-B at 224 (from the architecture; no weights)."""
+    from methods.slimswin import SWIN_BASE, SWIN_TINY, swin_flops_breakdown
+
+    parts = {name: swin_flops_breakdown(cfg, unit="flops") for name, cfg in (("Swin-T", SWIN_TINY), ("Swin-B", SWIN_BASE))}
+    comps = [c for c in parts["Swin-T"] if c != "total"]
+    return xr.Dataset({"flops": (("model", "component"), [[parts[m][c] for c in comps] for m in parts])},
+                      coords={"model": list(parts), "component": comps})
+
+
+@dataset("slimswin.sweep", after=("teacher.swin",))
+def sweep_data(ctx: Context) -> xr.Dataset:
+    """Accuracy, achieved ratio and MAC reduction per requested ratio, with each run's results for Table I."""
+    from workbench.window_views import accuracy
+
+    _, runs = sweep(ctx)
+    results = {float(r.config["slimswin"]["target_ratio"]): r.manifest["results"] for r in runs}
+    ds = accuracy(results, teacher=runs[0].manifest["results"]["teacher_val_acc"])
+    ratios = list(ds.ratio.values)
+    keys = ("pruned_pairs", "prunable_pairs", "attention_macs", "attention_macs_unpruned")
+    ds = ds.assign({k: ("ratio", [results[r][k] for r in ratios]) for k in keys})
+    return ds.assign_coords(run=("ratio", [r.id for r in runs])).assign_attrs(
+        step_pairs=int(runs[0].config["slimswin"]["step_pairs"]))
+
+
+@dataset("slimswin.masks", after=("slimswin.sweep",))
+def masks_data(ctx: Context) -> xr.Dataset:
+    """The ``window_saliency`` Dataset (masks included) of every run of the sweep, along ``ratio``."""
+    _, runs = sweep(ctx)
+    parts = [ctx.analysis("window_saliency", r.id, ctx.profile.analysis_images).load()
+             .expand_dims(ratio=[float(r.config["slimswin"]["target_ratio"])]) for r in runs]
+    return xr.concat(parts, dim="ratio", data_vars="minimal", coords="minimal", compat="override")
+
+
+@dataset("slimswin.saliency", after=("teacher.swin",))
+def saliency_data(ctx: Context) -> xr.Dataset:
+    """Window-head saliency of the unpruned teacher on the recipe's saliency images."""
+    from workbench.pipelines import budget
+
+    return ctx.analysis("window_saliency", ctx.teacher("swin").id, budget("slimswin", ctx.profile).saliency_images).load()
+
+
+@dataset("slimswin.table1", after=("slimswin.sweep",))
+def table1_data(ctx: Context) -> xr.Dataset:
+    """Attention MACs under the paper's ratios at real size (Algorithm 1's pair counts at i = 32) and on the demo."""
+    from methods.slimswin import (PAPER_RATIOS, PAPER_TABLE_I, SWIN_BASE, SWIN_TINY, SlimSwinConfig, attention_macs,
+                                  pairs_to_prune, prunable_layers, sum_macs, swin_layers, uniform_masks)
+    from workbench.xrutils import rows_to_dataset
+
+    step = SlimSwinConfig().step_pairs  # i = 32
+    rows, share = [], {}
+    for key, name, cfg in (("swin_base", "Swin-B", SWIN_BASE), ("swin_tiny", "Swin-T", SWIN_TINY)):
+        dense = sum_macs(attention_macs(cfg))
+        total = sum(swin_layers(cfg)[l].num_pairs for l in prunable_layers(cfg))
+        share[name] = sum_macs(attention_macs(cfg), layers=prunable_layers(cfg)) / dense
+        printed = [row for row in PAPER_TABLE_I if row.model == key]  # unpruned, 0.33, 0.44, 0.55, 0.67
+        for r, p in zip((None, *PAPER_RATIOS), printed):
+            pairs = 0 if r is None else pairs_to_prune(total, r, step)
+            macs = sum_macs(attention_macs(cfg, uniform_masks(cfg, pairs)))
+            rows.append({"model": f"{name} @224", "r": "unpruned" if r is None else _ratio_label(r),
+                         "pruned pairs": f"{pairs}/{total}", "achieved ratio": round(pairs / total, 4),
+                         "attention MACs": float(f"{macs:.4g}"),
+                         "reduction (%)": None if r is None else round(100 * (1 - macs / dense), 2),
+                         "r x prunable share (%)": None if r is None else round(100 * r * share[name], 2),
+                         "paper MACs": p.macs, "paper reduction (%)": p.reduction_pct,
+                         "masks": "none" if r is None else f"Algorithm 1 at i = {step}, spread over layers by pairs"})
+    demo = ctx.data("slimswin.sweep")
+    first = demo.isel(ratio=0)
+    rows.append({"model": "demo Swin", "r": "unpruned", "pruned pairs": f"0/{int(first.prunable_pairs)}",
+                 "achieved ratio": 0.0, "attention MACs": float(f"{float(first.attention_macs_unpruned):.4g}"),
+                 "masks": "none"})
+    for r in demo.ratio.values:
+        d = demo.sel(ratio=r)
+        rows.append({"model": "demo Swin", "r": _ratio_label(float(r)),
+                     "pruned pairs": f"{int(d.pruned_pairs)}/{int(d.prunable_pairs)}",
+                     "achieved ratio": round(float(d.achieved_ratio), 4), "attention MACs": float(f"{float(d.attention_macs):.4g}"),
+                     "reduction (%)": round(100 * float(d.mac_reduction), 2), "masks": f"learned ({str(d.run.values)})"})
+    facts = {"step": step, "share_b": share["Swin-B"], "share_t": share["Swin-T"],
+             "swin_b": sum_macs(attention_macs(SWIN_BASE)), "swin_t": sum_macs(attention_macs(SWIN_TINY)),
+             "swin_t_c128": sum_macs(attention_macs(SWIN_TINY.replace(embed_dim=128, num_heads=(4, 8, 16, 32)))),
+             "demo_step": int(demo.attrs["step_pairs"]), "demo_total": int(first.prunable_pairs)}
+    return rows_to_dataset(rows).assign_attrs(facts=json.dumps(facts))
+
+
+# ---------------------------------------------------------------------------------------- plots
+def plot_fig1(ds: xr.Dataset):
+    from workbench.plots.slimswin import plot_flops_breakdown
+
+    return plot_flops_breakdown(ds)
+
+
+def plot_fig2(masks: xr.Dataset):
+    from workbench.plots.slimswin import plot_kept_heads
+
+    image = masks["image"].isel(ratio=0, sample=0).values
+    fig = plot_kept_heads({f"r = {_ratio_label(float(r))}": masks.sel(ratio=r) for r in masks.ratio.values}, image=image)
+    fig.suptitle(f"Heads kept per window by SlimSwin in the demo Swin (profile {masks.attrs.get('profile')})")
+    return fig
+
+
+def plot_fig3(ds: xr.Dataset):
+    from workbench.plots.slimswin import plot_window_saliency
+
+    mean = ds["image"].mean("sample")
+    fig = plot_window_saliency(ds, image=mean.values / max(1e-6, float(mean.max())))
+    fig.suptitle(f"Window-head saliency before pruning ({ds.sizes['sample']} held-out images)")
+    return fig
+
+
+def plot_fig4(ds: xr.Dataset):
+    from workbench.plots.slimswin import plot_accuracy_vs_ratio
+
+    return plot_accuracy_vs_ratio(ds, title=f"SlimSwin on the demo Swin (profile {ds.attrs.get('profile')})")
+
+
+def _layer_ratio_plot(ratio: float):
+    def plot(masks: xr.Dataset):
+        from workbench.plots.slimswin import plot_layer_ratio
+        from workbench.window_views import layer_ratio
+
+        ds = layer_ratio({float(r): masks.sel(ratio=r) for r in masks.ratio.values})
+        return plot_layer_ratio(ds, ratio, title=f"Layer-wise pruning ratios of the demo Swin (r = {_ratio_label(ratio)})")
+
+    return plot
+
+
+def table1(ds: xr.Dataset) -> Table:
+    from workbench.xrutils import dataset_rows
+
+    f = json.loads(ds.attrs["facts"])
+    step = f["step"]
+    notes = [
+        "Convention (methods.slimswin.macs): per active (window, head) pair with N tokens per window, block width C and "
+        "head width d: QKV N*C*3d + QK^T N*N*d + AV N*N*d + output projection N*d*C MACs; biases, scale, relative position "
+        "bias, masks and softmax not counted; all 24 (Swin-B) / 12 (Swin-T) layers, the unpruned last stage included. "
+        "The same count as methods.flops.count_macs on timm's modules with fused attention (tests/test_slimswin_method.py).",
+        f"Swin-B unpruned: {f['swin_b']:.4g} MACs, the paper's 5.24e9 reproduced.",
+        f"Swin-T unpruned: {f['swin_t']:.4g} MACs; the paper's 2.61e9 is NOT reproduced by Swin-T (C = 96) under any "
+        f"counting convention we tried, nor by a Swin with Swin-T's depths at C = 128 ({f['swin_t_c128']:.4g}).",
+        "r: the paper's four uniformly spaced ratios 1/3, 4/9, 5/9, 2/3 (printed 0.33, 0.44, 0.55, 0.67). Algorithm 1 "
+        f"prunes i = {step} pairs per iteration until r is reached, so it stops at the first multiple of {step} at or above "
+        "r x pairs: exactly r for Swin-T's 864 prunable pairs, but 0.45 and 0.567 instead of 4/9 and 5/9 for Swin-B's 1920.",
+        "Real-size Swins have no trained weights here, so no saliency: their rows ASSUME the pruned pairs spread over the "
+        "prunable layers in proportion to each layer's pairs (methods.slimswin.uniform_masks); a learned allocation that "
+        "prunes more in cheap (or costly) layers changes the number.",
+        f"'r x prunable share': the reduction if exactly the share r of every prunable layer's pairs were pruned "
+        f"(prunable share of the attention MACs: {100 * f['share_b']:.2f} % for Swin-B, {100 * f['share_t']:.2f} % "
+        "for Swin-T). The paper's Swin-B reductions equal this column within 0.05 points, including 4/9 and 5/9, which "
+        f"Algorithm 1 with i = {step} cannot reach; its Swin-T reductions are r x 84.0 %, 0.3 points below.",
+        f"Demo Swin rows use the masks learned by SlimSwin here (profile {ds.attrs.get('profile')}, i = {f['demo_step']} "
+        f"pairs per iteration, {f['demo_total']} prunable pairs).",
+    ]
+    frame = pd.DataFrame(dataset_rows(ds)).astype(object)
+    frame = frame.where(frame.notna(), None)  # empty cells, not "nan"
+    return Table(frame, "Attention MAC reduction under different global pruning ratios (SlimSwin Table I)", notes)
+
+
+# ---------------------------------------------------------------------------------------- figures
+figure("slimswin.fig1", paper=PAPER, data="slimswin.breakdown", plot=plot_fig1,
+       caption="Component-wise FLOPs per 224 x 224 image of Swin-T and Swin-B (the paper's Fig. 1), counted from the "
+               "architecture (methods.slimswin.swin_flops_breakdown; 1 MAC = 2 FLOPs; LayerNorm counted as one MAC per "
+               "element; softmax, GELU and additions not counted). Attention (QKV projection, QK^T and AV, output "
+               "projection) is about a third of Swin-T's 9.0 GFLOPs (4.5 GMACs).")
+figure("slimswin.fig2", paper=PAPER, data="slimswin.masks", plot=plot_fig2,
+       caption="Gate masks of the demo Swin after SlimSwin pruning (the paper's Figs. 2-3 recast as data): for each "
+               "global ratio r (rows) and each prunable layer (columns), the number of heads every window keeps (the "
+               "colour: share of the layer's heads), drawn at pixel scale with the window borders in grey and the outline "
+               "of a held-out digit; SW marks the shifted-window layers, whose windows wrap around the image. The last "
+               "stage (one window) is never pruned. Which heads: plot_gate_masks in notebooks/05_slimswin.ipynb.")
+figure("slimswin.fig3", paper=PAPER, data="slimswin.saliency", plot=plot_fig3,
+       caption="Window-head saliency of the unpruned demo Swin before pruning: |mean over held-out images of "
+               "d cross-entropy / d gate| for every window (painted over its pixels, borders in white) of each "
+               "prunable layer (rows) and head (columns) -- the score Algorithm 1 ranks globally, least salient pruned "
+               "first. White contour: the mean digit of the images.")
+figure("slimswin.fig4", paper=PAPER, data="slimswin.sweep", plot=plot_fig4,
+       caption="Held-out top-1 accuracy of the demo Swin pruned by SlimSwin against the achieved global ratio of pruned "
+               "window-head pairs (r = 1/3, 4/9, 5/9, 2/3 above each point, reached exactly: 48 / 64 / 80 / 96 of the demo's "
+               "144 prunable pairs at 8 pairs per iteration), after the iterative phase alone and after the final "
+               "fine-tune, with the unpruned teacher dotted (the paper's Fig. 4 for Swin-T on ImageNet).")
+_LAYER_CAPTION = ("Layer-wise pruning ratios of the demo Swin at global ratio r = {r} (the paper's Fig. {n}, r ≈ {p}): the "
+                  "pruned share of each layer's window-head pairs that the global saliency ranking produced; numbers are "
+                  "pruned / all pairs; the last stage (single window) is not pruned.")
+figure("slimswin.fig6", paper=PAPER, data="slimswin.masks", plot=_layer_ratio_plot(1 / 3),
+       caption=_LAYER_CAPTION.format(r="1/3", n=6, p=0.33))
+figure("slimswin.fig7", paper=PAPER, data="slimswin.masks", plot=_layer_ratio_plot(2 / 3),
+       caption=_LAYER_CAPTION.format(r="2/3", n=7, p=0.67))
+figure("slimswin.table1", paper=PAPER, kind="table", data="slimswin.table1", plot=table1,
+       caption="Attention MACs per image (QKV projection, QK^T, AV and output projection of every layer) and their "
+               "reduction under global pruning ratio r = 1/3, 4/9, 5/9, 2/3 (the paper's Table I, printed there as "
+               "0.33 ... 0.67), for Swin-B and Swin-T at 224 x 224 with the pairs Algorithm 1 reaches at i = 32 pairs per "
+               "iteration, beside r x the prunable share and the paper's numbers; and for the demo Swin with the masks "
+               "SlimSwin learned here.")
