@@ -37,7 +37,7 @@ import random
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Literal
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -421,12 +421,3 @@ def _progress(loader, desc: str, enabled: bool):
     from tqdm.auto import tqdm
 
     return tqdm(loader, desc=desc, leave=False, dynamic_ncols=True)
-
-
-def freeze(model: nn.Module, trainable: Callable[[str, nn.Parameter], bool] | Literal["all", "none"]) -> int:
-    """Set ``requires_grad`` by a predicate over ``(name, param)``; returns the trainable count."""
-    n = 0
-    for name, p in model.named_parameters():
-        p.requires_grad_(trainable == "all" or (callable(trainable) and trainable(name, p)))
-        n += p.numel() if p.requires_grad else 0
-    return n

@@ -14,7 +14,8 @@ from workbench.analysis.window_saliency import extract_window_saliency
 from workbench.window_views import accuracy, as_window_grid, layer_ratio
 from workbench.cli import main
 from workbench.models import load_model
-from workbench.pipelines.slimswin import get_recipe, load_history, load_masks, pruned_model, run_slimswin
+from workbench.pipelines import budget
+from workbench.pipelines.slimswin import load_history, load_masks, pruned_model, run_slimswin
 from workbench.runs import runs_root
 
 
@@ -246,7 +247,7 @@ def test_slimswin_figures_render(tmp_path, run033):
     table = pd.read_csv(out / "slimswin.table1.csv")
     base = table[(table["model"] == "Swin-B @224") & (table["r"] == "unpruned")]
     assert abs(float(base["attention MACs"].iloc[0]) / 5.24e9 - 1) < 0.001
-    assert (table["model"] == "demo Swin").sum() == 1 + len(get_recipe("smoke").ratios)  # unpruned + the sweep
+    assert (table["model"] == "demo Swin").sum() == 1 + len(budget("slimswin", "smoke").ratios)  # unpruned + the sweep
     index = (out / "index.md").read_text()
     assert "slimswin-r0.6667-swin-smoke" in index and "window_saliency" in index
     swin_b = table[table["model"] == "Swin-B @224"]

@@ -17,6 +17,7 @@ An *image spec* selects images everywhere in the CLI:
 from __future__ import annotations
 
 import functools
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path

@@ -1,10 +1,11 @@
-"""Pure numpy / xarray helpers shared by extractors (no torch)."""
+"""Pure numpy / xarray helpers shared by extractors, figure data and plots (no torch)."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
 import numpy as np
+import xarray as xr
 
 __all__ = ["pad_stack", "layer_config", "rows_to_dataset", "dataset_rows"]
 
@@ -29,10 +30,8 @@ def layer_config(layers: int | Sequence[int] | None) -> list[int] | int | None:
     return [int(i) for i in layers]
 
 
-def rows_to_dataset(rows: Sequence[dict], dim: str = "row") -> "xr.Dataset":
+def rows_to_dataset(rows: Sequence[dict], dim: str = "row") -> xr.Dataset:
     """A table (one dict per row) as a Dataset with one variable per column along ``dim``; None -> NaN / ""."""
-    import xarray as xr
-
     cols = list(dict.fromkeys(k for r in rows for k in r))
     data = {}
     for c in cols:
@@ -44,7 +43,7 @@ def rows_to_dataset(rows: Sequence[dict], dim: str = "row") -> "xr.Dataset":
     return xr.Dataset(data, coords={dim: np.arange(len(rows))})
 
 
-def dataset_rows(ds: "xr.Dataset", dim: str = "row") -> list[dict]:
+def dataset_rows(ds: xr.Dataset, dim: str = "row") -> list[dict]:
     """The inverse of :func:`rows_to_dataset`: one dict per row, NaN and "" back to None."""
     out = []
     for i in range(ds.sizes[dim]):

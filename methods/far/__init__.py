@@ -31,12 +31,9 @@ Typical use::
 from .adjoint import bilstm_head_adjoint, lstm_sum_adjoint
 from .config import (
     FAR_VARIANTS,
-    DistillConfig,
     FARConfig,
     FARVariant,
-    FinetuneConfig,
     Grouping,
-    PruneConfig,
     Schedule,
     SimInput,
 )
@@ -83,8 +80,8 @@ from .replace import (
 __all__ = [
     "CONVENTIONS", "DIRECTIONS", "FAR_VARIANTS", "PAPER_TABLE1_IMAGENET", "PAPER_TABLE2", "PAPER_TABLE3",
     "PAPER_UNIFORM_KEEP", "SCHEDULES", "onnx_latency_ms", "torch_latency_ms", "uniform_keep_masks",
-    "DistillConfig", "FARConfig", "FARLoss", "FARVariant", "FinetuneConfig", "Grouping", "MultiHeadBiLSTM",
-    "PruneConfig", "Schedule", "SimInput", "Table2Row",
+    "FARConfig", "FARLoss", "FARVariant", "Grouping", "MultiHeadBiLSTM",
+    "Schedule", "SimInput", "Table2Row",
     "apply_masks", "far_config", "far_vit", "attention_macs", "bilstm_head_adjoint", "block_outputs", "capture_block_outputs", "check_vit", "count_flops",
     "count_params", "embed_tokens", "freeze_for_distillation", "from_scratch", "group_hoyer",
     "hoyer_regularizer", "kept_masks", "load_pruned_state_dict", "lstm_macs", "lstm_sum_adjoint", "mask_hook", "prune_masks",

@@ -4,13 +4,14 @@ Inference? Explore Function-preserving Attention Replacement").
 - :data:`FAR_VARIANTS`: the DeiT teachers of Table 2 (tiny / small / base, N heads of D_h = 64,
   §4.1) plus a ``test`` variant small enough for unit tests on a CPU.
 - :class:`FARConfig`: the substitute architecture (§3.2).
-- :class:`DistillConfig`, :class:`FinetuneConfig`, :class:`PruneConfig`: the hyperparameters of
-  Appendix A.1 (distillation, finetuning) and A.2 (DeepHoyer pruning), Eq. 4 and Eq. 6.
+
+The training hyperparameters of Appendix A.1/A.2 per profile are the FAR pipeline's budgets
+(``workbench.pipelines.far_budgets``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal, Optional
 
 import torch.nn as nn
@@ -76,51 +77,3 @@ class FARConfig:
     lstm_bias: bool = True  # nn.LSTM's bias_ih and bias_hh
     layers: Optional[tuple[int, ...]] = None  # block indices to replace; None = all (global replacement, §3.1)
     out_init: Literal["default", "zero"] = "default"  # output projection init; "zero": each block starts as the teacher block minus its attention
-
-
-@dataclass(frozen=True)
-class DistillConfig:
-    """Distillation phase (§3.1, App. A.1): only the substitutes train."""
-
-    schedule: Schedule = "combined"  # Table 3 column; "combined" = Eq. 4
-    lam: float = 1.0  # λ of Eq. 4 (§4.1)
-    sim_input: SimInput = "student"  # input of each student block for Eq. 3
-    epochs: int = 200  # App. A.1
-    warmup_epochs: int = 5  # App. A.1
-    lr: float = 5e-4  # base learning rate, App. A.1
-    warmup_lr: float = 1e-5  # warm-up starting learning rate, App. A.1
-    weight_decay: float = 0.05  # AdamW, App. A.1
-    batch_size: int = 256  # global batch size, App. A.1
-    drop_path: float = 0.1  # stochastic depth, App. A.1
-
-
-@dataclass(frozen=True)
-class FinetuneConfig:
-    """Finetuning phase after distillation (App. A.1): everything trains, CE only."""
-
-    epochs: int = 100  # App. A.1
-    lr: float = 5e-5  # 5e-5 tiny, 2e-5 small/base (see FARVariant.finetune_lr)
-    weight_decay: float = 0.05  # AdamW, App. A.1
-    batch_size: int = 256  # App. A.1
-
-    @classmethod
-    def for_variant(cls, name: VariantName, **overrides) -> "FinetuneConfig":
-        return replace(cls(lr=FAR_VARIANTS[name].finetune_lr), **overrides)
-
-
-@dataclass(frozen=True)
-class PruneConfig:
-    """DeepHoyer structured pruning (§3.3, App. A.2): regularise, threshold, finetune masked."""
-
-    hoyer_weight: float = 1e-4  # weight of Σ Eq. 6 added to the CE loss (App. A.2)
-    threshold: float = 1e-4  # prune units whose group L2 norm is ≤ this (App. A.2)
-    grouping: Grouping = "full"  # composite matrix W^(l) of §3.3 (see Grouping)
-    epochs: int = 100  # regularised training, App. A.2
-    warmup_epochs: int = 5  # App. A.2
-    lr: float = 5e-5  # 5e-5 tiny, 5e-6 small/base (see FARVariant.prune_lr)
-    finetune_epochs: int = 100  # optional masked finetuning after pruning, App. A.2
-    batch_size: int = 256  # App. A.2
-
-    @classmethod
-    def for_variant(cls, name: VariantName, **overrides) -> "PruneConfig":
-        return replace(cls(lr=FAR_VARIANTS[name].prune_lr), **overrides)

@@ -5,7 +5,9 @@ Transformers" (papers/004). Pure torch/timm; never imports ``workbench``.
 
 * :mod:`.geometry` -- layers, windows, shifts; window index -> image position (§III-A).
 * :mod:`.gates` -- window x head gates on Q/K/V (§IV-C) or head outputs (Michel et al. 2019).
-* :mod:`.saliency` -- gate-gradient saliency, global ranking, Algorithm 1, KD loss (§IV, §V-B).
+* :mod:`.config` -- the hyper-parameters (§V-B).
+* :mod:`.saliency` -- gate-gradient saliency and the KD loss (§IV-C, §V-B).
+* :mod:`.prune` -- global ranking and Algorithm 1 (§IV-B, §IV-D).
 * :mod:`.pruned` -- inference that skips pruned pairs (§IV-C, Fig. 3).
 * :mod:`.models` -- the train (gated) and deploy (pruned) forms as timm model names.
 * :mod:`.macs` -- attention MACs under a mask (Table I) and a component-wise breakdown (Fig. 1).
@@ -18,8 +20,10 @@ from .macs import (PAPER_ATTENTION_MACS, PAPER_RATIOS, PAPER_TABLE_I, PaperTable
                    swin_flops_breakdown, uniform_masks)
 from .models import slimswin_pruned, slimswin_swin
 from .pruned import PrunedWindowAttention, Rectangle, Strategy, pair_rectangles, rectangle_cost, to_pruned
-from .saliency import (Exclude, PruneHistory, PruneStep, SaliencyReduce, SlimSwinConfig, global_ranking, kd_loss,
-                       pairs_to_prune, prunable_layers, prune, prune_step, pruning_ratio, window_head_saliency)
+from .config import Exclude, SaliencyReduce, SlimSwinConfig
+from .prune import (PruneHistory, PruneStep, global_ranking, pairs_to_prune, prunable_layers, prune, prune_step,
+                    pruning_ratio)
+from .saliency import kd_loss, window_head_saliency
 
 __all__ = [
     # geometry

@@ -44,7 +44,8 @@ from torch import nn
 
 from .gates import get_masks
 from .geometry import SwinConfig, swin_layers, validate_layer_list
-from .saliency import Exclude, prunable_layers
+from .config import Exclude
+from .prune import prunable_layers
 
 __all__ = [
     "PaperTableRow",

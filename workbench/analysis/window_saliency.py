@@ -26,7 +26,7 @@ For the attention maps inside the windows use the ``window_attention`` extractor
 
 from __future__ import annotations
 
-from typing import Literal, Mapping, Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 import xarray as xr

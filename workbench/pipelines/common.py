@@ -29,8 +29,9 @@ __all__ = ["RUNTIME_ONLY", "load_teacher", "teacher_record", "train_record", "me
 RUNTIME_ONLY = ("device", "progress", "cpu_threads", "num_workers")
 
 
-def load_teacher(t: "TeacherRef", device: str | torch.device = "cpu") -> nn.Module:
-    """The teacher in eval mode with frozen parameters (a run's model, or a timm name with its weights)."""
+def load_teacher(t: "TeacherRef", device: str | torch.device = "cpu", *, frozen: bool = True) -> nn.Module:
+    """The teacher in eval mode (a run's model, or a timm name with its weights); ``frozen``: no parameter
+    requires grad (a distillation target). ``frozen=False`` for a copy that becomes the student."""
     if t.run is not None:
         model = load_model(t.run, device=device).model
     else:
@@ -38,7 +39,7 @@ def load_teacher(t: "TeacherRef", device: str | torch.device = "cpu") -> nn.Modu
         load_weights(model, read_state_dict(t.checkpoint), what=f"teacher checkpoint {t.checkpoint!r}")
         model = model.to(device)
     for p in model.parameters():
-        p.requires_grad_(False)
+        p.requires_grad_(not frozen)
     return model.eval()
 
 

@@ -33,7 +33,6 @@ import torch.nn as nn
 from torch.utils.data import DataLoader
 
 from methods.far import (
-    FARConfig,
     FARLoss,
     SCHEDULES,
     apply_masks,
@@ -48,13 +47,14 @@ from methods.far import (
     unfreeze_all,
 )
 from methods.train import TrainConfig, atomic_save_safetensors, cpu_threads, evaluate, fit, is_main, resolve_device
-from workbench.pipelines.far_budgets import BUDGETS, FARBudget, get_budget
-from workbench.models import create_model, load_model, load_weights, read_state_dict
+from workbench.pipelines.far_budgets import BUDGETS, FARBudget, for_teacher
+from workbench.models import create_model, load_model, read_state_dict
 from workbench.pipelines.teacher import TeacherRef, resolve_teacher
-from workbench.pipelines import Method, Option, register_method
+from workbench.pipelines import Method, Option, budget, register_method
+from workbench.pipelines.common import RUNTIME_ONLY, load_teacher, phase_logger, train_record
 from workbench.runs import Run, RunError, ensure_run, open_run
 
-__all__ = ["BUDGETS", "FARBudget", "get_budget", "run_far", "run_far_ablation", "far_run_id", "load_masks"]
+__all__ = ["BUDGETS", "FARBudget", "run_far", "run_far_ablation", "far_run_id", "load_masks"]
 
 Schedule = Literal["scratch", "cls", "sim", "combined"]
 
@@ -79,14 +79,6 @@ def far_run_id(tag: str, profile: str, schedule: str = "combined", *, pruned: bo
         kind = "far" if schedule == "combined" else f"far_{schedule}"
         kind = f"{kind}_pruned" if pruned else kind
     return f"{kind}-{tag.removesuffix(f'-{profile}')}-{profile}"  # a teacher run's tag ends with its profile
-
-
-def _load_teacher(t: TeacherRef) -> nn.Module:
-    if t.run is not None:
-        return load_model(t.run).model
-    model = create_model(t.model_name, **t.model_kwargs)
-    load_weights(model, read_state_dict(t.checkpoint), what=f"teacher checkpoint {t.checkpoint!r}")
-    return model.eval()
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,14 +112,6 @@ def _set_drop_path(model: nn.Module, rate: float) -> None:
                 setattr(blk, name, DropPath(r) if r > 0 else nn.Identity())
 
 
-def _phase_logger(run: Run, phase: str, offset: int) -> Callable[[int, dict], None]:
-    """``on_epoch_end`` writing the run's metrics with a phase label and a run-global epoch index."""
-    def log(epoch: int, metrics: dict) -> None:
-        run.log_epoch(offset + epoch, {"phase": phase, "phase_epoch": epoch, **{k: v for k, v in metrics.items() if k != "epoch"}})
-
-    return log
-
-
 def _data(profile: str, data: Optional[str], model: nn.Module):
     from workbench.pipelines.teacher import datasets
 
@@ -155,7 +139,7 @@ def _far_body(t: TeacherRef, profile: str, schedule: str, phases: tuple[TrainCon
 
     def _far_phases(run: Run) -> dict:
         dev = resolve_device(device)
-        teacher = _load_teacher(t).to(dev).eval()
+        teacher = load_teacher(t, dev, frozen=False)
         train_set, val_set = _data(profile, data, teacher)
         distill_cfg, finetune_cfg = (_with_device(c, device) for c in phases)
         if schedule == "scratch" and budget.scratch_lr is not None:
@@ -171,12 +155,12 @@ def _far_body(t: TeacherRef, profile: str, schedule: str, phases: tuple[TrainCon
         loss = FARLoss(teacher, schedule, lam=budget.lam, sim_input=budget.sim_input,
                        label_smoothing=distill_cfg.label_smoothing)
         hist_d = fit(student, train_set, val_set, distill_cfg, loss_fn=loss, ckpt_dir=run.phase_dir("distill"),
-                     on_epoch_end=_phase_logger(run, "distill", 0))
+                     on_epoch_end=phase_logger(run, "distill", 0))
         unfreeze_all(student)
         hist_f = []
         if finetune_cfg.epochs:
             hist_f = fit(student, train_set, val_set, finetune_cfg, ckpt_dir=run.phase_dir("finetune"),
-                         on_epoch_end=_phase_logger(run, "finetune", distill_cfg.epochs))
+                         on_epoch_end=phase_logger(run, "finetune", distill_cfg.epochs))
         if is_main():
             atomic_save_safetensors(student.state_dict(), run.checkpoint)
         return {"val_acc": (hist_f or hist_d)[-1]["val_acc"], "distill_val_acc": hist_d[-1]["val_acc"],
@@ -203,7 +187,7 @@ def _pruned_body(far_run: Run, profile: str, budget: FARBudget, device: str, dat
         reg = FARLoss(None, "cls", hoyer_weight=budget.hoyer_weight, grouping=budget.grouping,
                       label_smoothing=reg_cfg.label_smoothing)
         hist_r = fit(student, train_set, val_set, reg_cfg, loss_fn=reg, ckpt_dir=run.phase_dir("regularise"),
-                     on_epoch_end=_phase_logger(run, "regularise", 0))
+                     on_epoch_end=phase_logger(run, "regularise", 0))
         masks_path = run.dir / "masks.safetensors"
         if masks_path.exists():  # resuming after the pruning step
             masks = load_masks(run)
@@ -216,7 +200,7 @@ def _pruned_body(far_run: Run, profile: str, budget: FARBudget, device: str, dat
         loader = DataLoader(val_set, batch_size=256)
         acc_pruned = evaluate(student, loader, dev)["val_acc"]  # masked, before finetuning
         hist_f = fit(student, train_set, val_set, ft_cfg, hooks=[mask_hook(masks)],
-                     ckpt_dir=run.phase_dir("masked_finetune"), on_epoch_end=_phase_logger(run, "masked_finetune", reg_cfg.epochs))
+                     ckpt_dir=run.phase_dir("masked_finetune"), on_epoch_end=phase_logger(run, "masked_finetune", reg_cfg.epochs))
         student.eval()
         small = shrink(student, masks).eval()
         with torch.no_grad():  # the shrunk model computes what the masked one does
@@ -238,12 +222,10 @@ def _pruned_body(far_run: Run, profile: str, budget: FARBudget, device: str, dat
     return body
 
 
-#: TrainConfig fields that do not define a run's result (left out of its config, so changing them reuses the run)
-_RUNTIME_ONLY = ("device", "progress", "cpu_threads")
 
 
 def _config(t: TeacherRef, profile: str, schedule: str, phases, budget: FARBudget, data: Optional[str], **extra) -> dict:
-    strip = lambda c: {k: v for k, v in asdict(c).items() if k not in _RUNTIME_ONLY}  # noqa: E731
+    strip = train_record
     return {
         "method": "far", "model_name": "far_vit", "profile": profile, "data": data or "demo",
         "model_kwargs": {"base": t.model_name, "base_kwargs": t.model_kwargs, "far": asdict(budget.far)},
@@ -292,23 +274,23 @@ def run_far(
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
-    get_budget(profile)  # an unknown profile fails before any teacher is trained
+    budget("far", profile)  # an unknown profile fails before any teacher is trained
     t = _resolve_teacher(teacher, profile, checkpoint, device, data, log)
     _check_teacher_is_vit(t)
-    budget = get_budget(profile, t.model_name)
-    phases = (budget.distill, budget.finetune)
-    far = ensure_run(far_run_id(t.tag, profile, schedule), _config(t, profile, schedule, phases, budget, data),
-                     _far_body(t, profile, schedule, phases, budget, device, data), force=force, log=log)
+    spent = for_teacher(budget("far", profile), profile, t.model_name)
+    phases = (spent.distill, spent.finetune)
+    far = ensure_run(far_run_id(t.tag, profile, schedule), _config(t, profile, schedule, phases, spent, data),
+                     _far_body(t, profile, schedule, phases, spent, device, data), force=force, log=log)
     if not prune:
         return far
-    cfg = _config(t, profile, schedule, phases, budget, data, source_run=far.id,
+    cfg = _config(t, profile, schedule, phases, spent, data, source_run=far.id,
                   source_checkpoint_sha256=far.manifest.get("checkpoint_sha256"),
-                  pruning={"regularise": asdict(budget.regularise), "masked_finetune": asdict(budget.masked_finetune),
-                           "hoyer_weight": budget.hoyer_weight, "threshold": budget.threshold, "grouping": budget.grouping})
+                  pruning={"regularise": asdict(spent.regularise), "masked_finetune": asdict(spent.masked_finetune),
+                           "hoyer_weight": spent.hoyer_weight, "threshold": spent.threshold, "grouping": spent.grouping})
     for phase in ("regularise", "masked_finetune"):
-        for k in _RUNTIME_ONLY:
+        for k in RUNTIME_ONLY:
             cfg["pruning"][phase].pop(k)
-    return ensure_run(far_run_id(t.tag, profile, schedule, pruned=True), cfg, _pruned_body(far, profile, budget, device, data),
+    return ensure_run(far_run_id(t.tag, profile, schedule, pruned=True), cfg, _pruned_body(far, profile, spent, device, data),
                       force=force, log=log)
 
 
@@ -317,17 +299,17 @@ def run_far_ablation(
     device: str = "auto", data: Optional[str] = None, checkpoint: Optional[str] = None, log: Callable[[str], None] = print,
 ) -> Run:
     """One Table 3 run: ``schedule`` with the profile's ablation budgets (the main FAR run when it has none)."""
-    if get_budget(profile).ablation is None:
+    if budget("far", profile).ablation is None:
         return run_far(teacher, profile, schedule=schedule, prune=False, force=force, device=device, data=data,
                        checkpoint=checkpoint, log=log)
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     t = _resolve_teacher(teacher, profile, checkpoint, device, data, log)
     _check_teacher_is_vit(t)
-    budget = get_budget(profile, t.model_name)
-    phases = budget.ablation
-    return ensure_run(far_run_id(t.tag, profile, schedule, table3=True), _config(t, profile, schedule, phases, budget, data, table3=True),
-                      _far_body(t, profile, schedule, phases, budget, device, data), force=force, log=log)
+    spent = for_teacher(budget("far", profile), profile, t.model_name)
+    phases = spent.ablation
+    return ensure_run(far_run_id(t.tag, profile, schedule, table3=True), _config(t, profile, schedule, phases, spent, data, table3=True),
+                      _far_body(t, profile, schedule, phases, spent, device, data), force=force, log=log)
 
 
 def _check_teacher_is_vit(t: TeacherRef) -> None:

@@ -13,7 +13,7 @@ from typing import Optional
 from methods.far import FAR_VARIANTS, FARConfig, Grouping, SimInput
 from methods.train import TrainConfig
 
-__all__ = ["BUDGETS", "FARBudget", "get_budget"]
+__all__ = ["BUDGETS", "FARBudget", "for_teacher"]
 
 
 @dataclass(frozen=True)
@@ -95,20 +95,15 @@ BUDGETS: dict[str, FARBudget] = {
 }
 
 
-def get_budget(profile: str, teacher_name: Optional[str] = None) -> FARBudget:
-    """The FAR budgets of ``profile``; for ``paper``, with the learning rates of the teacher's size (App. A.1/A.2).
-
-    Raises:
-        ValueError: an unknown profile.
-    """
-    if profile not in BUDGETS:
-        raise ValueError(f"unknown profile {profile!r} for far; choose from {', '.join(BUDGETS)}")
-    budget = BUDGETS[profile]
-    if profile == "paper" and teacher_name:
-        size = next((v for v in ("tiny", "small", "base") if v in teacher_name), None)
-        if size is not None:  # finetune 5e-5 / 2e-5 / 2e-5, pruning and its finetuning 5e-5 / 5e-6 / 5e-6
-            var = FAR_VARIANTS[size]
-            budget = replace(budget, finetune=replace(budget.finetune, lr=var.finetune_lr),
-                             regularise=replace(budget.regularise, lr=var.prune_lr),
-                             masked_finetune=replace(budget.masked_finetune, lr=var.prune_lr))
-    return budget
+def for_teacher(budget: FARBudget, profile: str, teacher_name: Optional[str]) -> FARBudget:
+    """``budget`` with, under ``paper``, the learning rates of the teacher's size (App. A.1/A.2: finetuning
+    5e-5 / 2e-5 / 2e-5, pruning and its finetuning 5e-5 / 5e-6 / 5e-6 for Tiny / Small / Base)."""
+    if profile != "paper" or not teacher_name:
+        return budget
+    size = next((v for v in ("tiny", "small", "base") if v in teacher_name), None)
+    if size is None:
+        return budget
+    var = FAR_VARIANTS[size]
+    return replace(budget, finetune=replace(budget.finetune, lr=var.finetune_lr),
+                   regularise=replace(budget.regularise, lr=var.prune_lr),
+                   masked_finetune=replace(budget.masked_finetune, lr=var.prune_lr))

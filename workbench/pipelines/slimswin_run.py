@@ -25,8 +25,9 @@ from methods.train import TrainConfig, atomic_save_safetensors, cpu_threads, eva
 from workbench.models import create_model, load_model, read_state_dict
 from workbench.runs import Run, RunError, atomic_write_text
 
+from workbench.pipelines.slimswin_budgets import SlimSwinRecipe
+
 if TYPE_CHECKING:
-    from workbench.pipelines.slimswin import SlimSwinRecipe
     from workbench.pipelines.teacher import TeacherRef
 
 
@@ -92,7 +93,7 @@ def _step_record(step, saliency: list[torch.Tensor], metrics: dict, iteration: i
             "train_loss": metrics.get("train_loss")}
 
 
-def prune_and_finetune(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, recipe: "SlimSwinRecipe", profile: str,
+def prune_and_finetune(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, recipe: SlimSwinRecipe, profile: str,
                        data: str | None, device: str, start_from: Run | None, log: Callable[[str], None]) -> dict:
     """Algorithm 1 to ``cfg.target_ratio`` then the final fine-tune, in ``run.dir``; returns the run's results.
 
@@ -111,7 +112,7 @@ def prune_and_finetune(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, rec
         return _prune_and_finetune(run, teacher, cfg, recipe, profile, data, device, start_from, log)
 
 
-def _prune_and_finetune(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, recipe: "SlimSwinRecipe", profile: str,
+def _prune_and_finetune(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, recipe: SlimSwinRecipe, profile: str,
                         data: str | None, device: str, start_from: Run | None, log: Callable[[str], None]) -> dict:
     from workbench.pipelines.teacher import datasets
 

@@ -1,0 +1,53 @@
+"""Budgets of the SlimSwin runs per profile (demo / smoke / paper), for :mod:`workbench.pipelines.slimswin`.
+
+Eryilmaz & Akturk, "SlimSwin: Gradient-Based Window-Level Head Pruning" (papers/004): the ``paper`` budget is
+§V-B; ``demo`` and ``smoke`` are ours, chosen from the measurements in ``docs/budgets.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from methods.slimswin import PAPER_RATIOS, SlimSwinConfig
+
+__all__ = ["SlimSwinRecipe", "RECIPES"]
+
+
+@dataclass(frozen=True)
+class SlimSwinRecipe:
+    """Budgets of one profile: the method's hyper-parameters plus what the pipeline adds."""
+
+    method: SlimSwinConfig  # SlimSwin hyper-parameters (its target_ratio is replaced per run)
+    batch_size: int = 64  # training batch size of every fine-tune (paper: not stated)
+    saliency_batch: int = 128  # images per saliency forward/backward (memory only; result unchanged)
+    ratios: tuple[float, ...] = PAPER_RATIOS  # global ratios of the sweep behind the figures (paper §VI: 1/3 ... 2/3)
+    seed: int = 0  # seeds the per-iteration subsets and the fine-tunes
+    saliency_images: str = "demo:val[:256]"  # image spec of the saliency-before-pruning figure (fig3)
+    progress: bool = True  # progress bar during the final fine-tune
+    eval_iterations: bool = True  # held-out accuracy after every iteration (recorded in history.json)
+    cpu_threads: int | None = None  # torch CPU threads during the run (None: torch's default; see RECIPES)
+
+
+#: profile -> recipe. ``paper`` is §V-B: AdamW 5e-5, wd 1e-4, KD alpha 0.7 / T 2, 15 final epochs with
+#: a cosine schedule and 10 % warm-up from 1e-6; pairs per iteration, subset sizes and batch size are
+#: not stated in the paper (ours: SlimSwinConfig defaults, i = 32, batch 128). Ratios: the paper's
+#: 1/3, 4/9, 5/9, 2/3 (printed 0.33 ... 0.67; methods.slimswin.PAPER_RATIOS).
+RECIPES: dict[str, SlimSwinRecipe] = {
+    # demo Swin (swin_demo): 144 prunable pairs (stage 0: 2 layers x 16 windows x 3 heads, stage 1: 2 x 4 x 6),
+    # i = 8 pairs per iteration, so the sweep reaches exactly 1/3, 4/9, 5/9, 2/3 (48 / 64 / 80 / 96 pairs) in
+    # 6 / 8 / 10 / 12 iterations (5.6 % of the pairs per iteration; Swin-T at i = 32: 3.7 %); 256 saliency images, a 1000-image KD fine-tune per iteration, 1 final epoch on the 4000
+    # training images. lr 1e-3 (20x the paper's 5e-5, which suits a converged ImageNet model, not 16 updates
+    # per iteration). One CPU thread: the demo Swin's matrices (16 tokens x 24 channels) are too small for a
+    # second thread to help, and on a shared CPU two threads ran far slower than one.
+    "demo": SlimSwinRecipe(
+        SlimSwinConfig(step_pairs=8, saliency_samples=256, finetune_fraction=0.25, final_epochs=1, lr=1e-3),
+        batch_size=64, ratios=PAPER_RATIOS, saliency_images="demo:val[:256]", cpu_threads=1,
+    ),
+    "smoke": SlimSwinRecipe(
+        SlimSwinConfig(step_pairs=16, saliency_samples=32, finetune_fraction=0.25, final_epochs=1, lr=1e-3),
+        batch_size=64, ratios=(PAPER_RATIOS[0], PAPER_RATIOS[-1]), saliency_images="demo:val[:16]", progress=False,
+        eval_iterations=False, cpu_threads=1,
+    ),
+    "paper": SlimSwinRecipe(SlimSwinConfig(), batch_size=128, ratios=PAPER_RATIOS,
+                            saliency_images="skimage:astronaut,chelsea,coffee"),
+}
