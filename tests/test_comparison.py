@@ -327,9 +327,14 @@ def test_compare_cnn_pair_leaves_out_maps_with_a_reason():
     assert np.isfinite(ds["deletion_auc"].sel(attribution="integrated_gradients")).all()
 
 
+def _swin28():
+    """A 28 x 28 Swin (2 stages of 2 x 2 windows of 7 x 7 tokens, then one), to compare with the 28 x 28 ViT and CNN."""
+    return create_model("swin_demo", img_size=28, window_size=7, embed_dim=32, depths=(2, 2), num_heads=(2, 4)).eval()
+
+
 def test_compare_across_families_and_timm_names():
     x = torch.randn(4, 1, 28, 28)
-    ds = compare_models(create_model("vit_demo").eval(), {"swin": create_model("swin_demo").eval(),
+    ds = compare_models(create_model("vit_demo").eval(), {"swin": _swin28(),
                                                           "cnn": create_model("cnn_demo").eval()}, x,
                         parts=("cka", "maps", "predictions"))
     assert ds["depth"].values.tolist() == [6, 4, 4]
@@ -337,8 +342,8 @@ def test_compare_across_families_and_timm_names():
         "layers.0.blocks.0", "layers.0.blocks.1", "layers.1.blocks.0", "layers.1.blocks.1"]
     assert np.isfinite(ds["cka"].sel(model=["swin", "cnn"], pooling="token", student_layer=[0, 1, 2, 3])).all()
     assert np.isnan(ds["map_js_avg"].sel(model=["swin", "cnn"])).all()  # no token maps that line up
-    swin = create_model("swin_demo").eval()
-    ds = compare_models(swin, {"copy": copy.deepcopy(swin), "other": create_model("swin_demo").eval()}, x,
+    swin = _swin28()
+    ds = compare_models(swin, {"copy": copy.deepcopy(swin), "other": _swin28()}, x,
                         parts=("cka", "maps"))
     assert ds["layer_name"].values.tolist()[2] == "layers.1.blocks.0"
     assert ds["num_heads"].values.tolist() == [2, 2, 4, 4]
