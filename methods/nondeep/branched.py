@@ -33,30 +33,29 @@ their composition). Each teacher block's two LayerNorm affines are absorbed forw
 that branch's qkv and fc1 (exact), its LayerScale (if any) into proj and fc2; the shared norms
 start as identity affines.
 
-Hook points (``methods.hooks`` names; ``B`` batch, ``T`` tokens, ``D`` width, ``H`` heads, ``d``
-head width, ``F`` FFN hidden width):
+Hook points (``methods.hooks`` names; B batch, T tokens, D width, H heads, d head width, F FFN
+hidden width). Per block ``blocks.{i}.``:
 
-====================================================  =====================================================  ==================
-name                                                  value                                                  shape
-====================================================  =====================================================  ==================
-``blocks.{i}.hook_resid_pre`` / ``hook_resid_post``   block input / output                                   ``(B, T, D)``
-``blocks.{i}.hook_mixer_in``                          shared LN1 output (input of every branch's attention)  ``(B, T, D)``
-``blocks.{i}.hook_mixer_out``                         Σ_b branch attention outputs (before the residual)     ``(B, T, D)``
-``blocks.{i}.hook_mlp_in`` / ``hook_mlp_out``         shared LN2 output / Σ_b branch FFN outputs             ``(B, T, D)``
-``blocks.{i}.hook_lambda``                            λ used by the block                                    ``()``
-``blocks.{i}.branches.{b}.attn.hook_scores``          joined, rectified, scaled softmax input Ã_{b,h}        ``(B, H, T, T)``
-``blocks.{i}.branches.{b}.attn.hook_pattern``         softmax(Ã_{b,h}) (after attention dropout)             ``(B, H, T, T)``
-``blocks.{i}.branches.{b}.attn.hook_heads``           per-head outputs, heads concatenated, before W^O       ``(B, T, H·d)``
-``blocks.{i}.branches.{b}.attn.hook_out``             branch attention output O_b (Eq. 3)                    ``(B, T, D)``
-``blocks.{i}.branches.{b}.mlp.hook_pre_act``          joined GELU input (Eq. 9)                              ``(B, T, F)``
-``blocks.{i}.branches.{b}.mlp.hook_out``              branch FFN output                                      ``(B, T, D)``
-====================================================  =====================================================  ==================
+- ``hook_resid_pre`` / ``hook_resid_post`` ``(B, T, D)``: block input / output;
+- ``hook_mixer_in`` ``(B, T, D)``: shared LN1 output (every branch's attention input);
+- ``hook_mixer_out`` ``(B, T, D)``: Σ_b branch attention outputs (before the residual add);
+- ``hook_mlp_in`` / ``hook_mlp_out`` ``(B, T, D)``: shared LN2 output / Σ_b branch FFN outputs;
+- ``hook_lambda`` ``()``: the λ the block used.
+
+Per branch ``blocks.{i}.branches.{b}.``:
+
+- ``attn.hook_scores`` ``(B, H, T, T)``: joined, rectified, scaled softmax input Ã_{b,h};
+- ``attn.hook_pattern`` ``(B, H, T, T)``: softmax(Ã_{b,h}) (after attention dropout, as timm's);
+- ``attn.hook_heads`` ``(B, T, H·d)``: per-head outputs, heads concatenated, before W^O;
+- ``attn.hook_out`` ``(B, T, D)``: the branch's attention output O_b (Eq. 3);
+- ``mlp.hook_pre_act`` ``(B, T, F)``: joined GELU input (Eq. 9);
+- ``mlp.hook_out`` ``(B, T, D)``: the branch's FFN output.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn as nn
@@ -150,7 +149,7 @@ class ParallelBlock(nn.Module):
     """
 
     def __init__(self, dim: int, num_heads: int, head_dim: int, hidden: int, branches: int, *, rectify: bool = True,
-                 norm_layer: Optional[Callable[[int], nn.Module]] = None, act_layer: Callable[[], nn.Module] = nn.GELU,
+                 norm_layer: Callable[[int], nn.Module] | None = None, act_layer: Callable[[], nn.Module] = nn.GELU,
                  qkv_bias: bool = True, proj_bias: bool = True, mlp_bias: bool = True, drop_path: float = 0.0,
                  attn_drop: float = 0.0, proj_drop: float = 0.0):
         super().__init__()
@@ -182,7 +181,7 @@ class ParallelBlock(nn.Module):
             return torch.ones_like(lam)
         return torch.sqrt(1.0 + (self.num_branches - 1) * lam * lam)
 
-    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None, is_causal: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
         """``(B, T, D) -> (B, T, D)``; ``attn_mask`` / ``is_causal`` as timm's ``Block``."""
         x = self.hook_resid_pre(x)
         lam = self.hook_lambda(self.lam).to(x.dtype)
@@ -193,19 +192,19 @@ class ParallelBlock(nn.Module):
         scale = self.scale / self.rectification(lam)
         mask = resolve_self_attn_mask(x.shape[1], scores[0], attn_mask, is_causal)
         attn = [br.attn(maybe_add_mask(((1 - lam) * s + lam * total) * scale, mask), v)  # Eq. 5, rectified
-                for br, s, (_, _, v) in zip(self.branches, scores, qkv)]
+                for br, s, (_, _, v) in zip(self.branches, scores, qkv, strict=True)]
         x = x + self.drop_path1(self.hook_mixer_out(torch.stack(attn).sum(0)))
         h = self.hook_mlp_in(self.norm2(x))
         pre = [br.mlp.fc1(h) for br in self.branches]  # Eq. 8: (B, T, F)
         pre_total = torch.stack(pre).sum(0)
-        ffn = [br.mlp((1 - lam) * u + lam * pre_total) for br, u in zip(self.branches, pre)]  # Eq. 9
+        ffn = [br.mlp((1 - lam) * u + lam * pre_total) for br, u in zip(self.branches, pre, strict=True)]  # Eq. 9
         x = x + self.drop_path2(self.hook_mlp_out(torch.stack(ffn).sum(0)))
         return self.hook_resid_post(x)
 
     # -------------------------------------------------------------------------- from a teacher
     @classmethod
     @torch.no_grad()
-    def from_blocks(cls, blocks: Sequence[Block], rectify: bool = True) -> "ParallelBlock":
+    def from_blocks(cls, blocks: Sequence[Block], rectify: bool = True) -> ParallelBlock:
         """A parallel block whose branch ``b`` computes ``blocks[b]``'s attention and FFN (module docstring).
 
         LN affines are absorbed forward (Eq. 1) into qkv / fc1, LayerScale into proj / fc2; the
@@ -229,7 +228,7 @@ class ParallelBlock(nn.Module):
                     act_layer=lambda: copy.deepcopy(mlp.act), qkv_bias=True, proj_bias=attn.proj.bias is not None,
                     mlp_bias=True, drop_path=drop_path, attn_drop=attn.attn_drop.p, proj_drop=attn.proj_drop.p)
         block.to(device=attn.qkv.weight.device, dtype=attn.qkv.weight.dtype)
-        for br, blk in zip(block.branches, blocks):
+        for br, blk in zip(block.branches, blocks, strict=True):
             _copy_linear(br.attn.qkv, *absorb_layernorm_forward(blk.attn.qkv, blk.norm1))  # Eq. 1 (exact)
             _copy_linear(br.attn.proj, *_layer_scaled(blk.attn.proj, blk.ls1))
             _copy_linear(br.mlp.fc1, *absorb_layernorm_forward(blk.mlp.fc1, blk.norm2))  # Eq. 1
@@ -237,7 +236,7 @@ class ParallelBlock(nn.Module):
         return block
 
 
-def _layer_scaled(linear: nn.Linear, ls: nn.Module) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+def _layer_scaled(linear: nn.Linear, ls: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Weight and bias of ``ls(linear(x))`` for a LayerScale (diag γ) or an identity ``ls``."""
     w, b = linear.weight.detach(), None if linear.bias is None else linear.bias.detach()
     if isinstance(ls, LayerScale):
@@ -246,7 +245,7 @@ def _layer_scaled(linear: nn.Linear, ls: nn.Module) -> tuple[torch.Tensor, Optio
     return w, b
 
 
-def _copy_linear(linear: nn.Linear, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> None:
+def _copy_linear(linear: nn.Linear, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
     linear.weight.copy_(weight)
     if linear.bias is not None:
         linear.bias.copy_(bias if bias is not None else torch.zeros_like(linear.bias))
@@ -264,7 +263,8 @@ def check_teacher(model: nn.Module) -> None:
     """
     name = type(model).__name__
     if not isinstance(model, VisionTransformer):
-        raise ValueError(f"Non-deep ViT branches a timm VisionTransformer (e.g. deit_tiny_patch16_224, vit_demo); got {name}")
+        raise ValueError(f"Non-deep ViT branches a timm VisionTransformer (e.g. deit_tiny_patch16_224, vit_demo); "
+                         f"got {name}")
     problems = []
     for i, blk in enumerate(model.blocks):
         if type(blk) is not Block:
@@ -277,7 +277,8 @@ def check_teacher(model: nn.Module) -> None:
                   and isinstance(a.norm, nn.Identity) and getattr(a, "gate", None) is None):
             problems.append(f"blocks.{i}.attn uses q/k norm, an output norm or a gate (no exact collapse exists)")
         if type(blk.mlp) is not Mlp or not isinstance(blk.mlp.norm, nn.Identity):
-            problems.append(f"blocks.{i}.mlp is {type(blk.mlp).__name__} with a hidden norm or gating, not a plain timm Mlp")
+            problems.append(f"blocks.{i}.mlp is {type(blk.mlp).__name__} with a hidden norm or gating, "
+                            "not a plain timm Mlp")
         for n in ("norm1", "norm2"):
             if not isinstance(getattr(blk, n), nn.LayerNorm):
                 problems.append(f"blocks.{i}.{n} is {type(getattr(blk, n)).__name__}, not a LayerNorm")
@@ -300,8 +301,8 @@ def parallel_blocks(model: nn.Module) -> list[ParallelBlock]:
 
 
 # ------------------------------------------------------------------------------------ branch
-def branch(teacher: nn.Module, branches: int, *, rectify: bool = True, base: Optional[str] = None,
-           base_kwargs: Optional[dict] = None) -> VisionTransformer:
+def branch(teacher: nn.Module, branches: int, *, rectify: bool = True, base: str | None = None,
+           base_kwargs: dict | None = None) -> VisionTransformer:
     """The branched form of ``teacher``: L/n parallel blocks, branch ``b`` of block ``i`` = teacher block ``n·i+b``.
 
     The result is a timm ``VisionTransformer`` (embeddings, final norm, head and every timm API —

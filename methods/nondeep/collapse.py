@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Optional, Sequence, get_args
+from typing import Literal, get_args
 
 import torch
 import torch.nn as nn
@@ -92,7 +93,7 @@ def resolve_form(form: str, branches: int, head_dim: int, dim: int) -> str:
 
 
 def collapsed_head_dim(form: str, branches: int, head_dim: int, dim: int) -> tuple[int, int]:
-    """``(heads per head of the teacher, head width)`` of a collapsed attention: concat (1, n·d), xwx (1, D), wide (n, d)."""
+    """``(heads per teacher head, head width)`` of a collapsed attention: concat (1, n·d), xwx (1, D), wide (n, d)."""
     form = resolve_form(form, branches, head_dim, dim)
     return {"concat": (1, branches * head_dim), "xwx": (1, dim), "wide": (branches, head_dim)}[form]
 
@@ -251,7 +252,7 @@ def collapse_errors(model: nn.Module, images: torch.Tensor, variants: Sequence[s
 
 
 @torch.no_grad()
-def collapse_exactness(model: nn.Module, images: torch.Tensor, teacher: Optional[nn.Module] = None,
+def collapse_exactness(model: nn.Module, images: torch.Tensor, teacher: nn.Module | None = None,
                        form: Form = "auto", dtype: torch.dtype = torch.float64) -> list[dict]:
     """The collapse-exactness table: one row per merge formula, errors in ``dtype`` (float64).
 

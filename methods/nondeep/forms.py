@@ -19,8 +19,6 @@ base. Weights are random (a fresh base, branched / collapsed); load a checkpoint
 
 from __future__ import annotations
 
-from typing import Optional
-
 import timm
 import torch
 from timm.models import register_model
@@ -33,7 +31,7 @@ from .schedules import set_lambda
 _TIMM_ONLY = ("pretrained_cfg", "pretrained_cfg_overlay", "cache_dir")
 
 
-def _base(base: str, base_kwargs: Optional[dict], kwargs: dict) -> VisionTransformer:
+def _base(base: str, base_kwargs: dict | None, kwargs: dict) -> VisionTransformer:
     import methods.teachers  # noqa: F401  (registers vit_demo, the demo profile's base)
 
     for k in _TIMM_ONLY:
@@ -51,7 +49,7 @@ def _no_pretrained(pretrained: bool, name: str) -> None:
 
 @register_model
 def nondeep_branched(pretrained: bool = False, *, base: str = "vit_demo", branches: int = 2, rectify: bool = True,
-                     base_kwargs: Optional[dict] = None, **kwargs) -> VisionTransformer:
+                     base_kwargs: dict | None = None, **kwargs) -> VisionTransformer:
     """Branched (train) form of ``base``: L/n parallel blocks of n branches (λ = 0)."""
     _no_pretrained(pretrained, "nondeep_branched")
     teacher = _base(base, base_kwargs, kwargs)
@@ -61,7 +59,7 @@ def nondeep_branched(pretrained: bool = False, *, base: str = "vit_demo", branch
 
 @register_model
 def nondeep_collapsed(pretrained: bool = False, *, base: str = "vit_demo", branches: int = 2, form: str = "auto",
-                      base_kwargs: Optional[dict] = None, **kwargs) -> VisionTransformer:
+                      base_kwargs: dict | None = None, **kwargs) -> VisionTransformer:
     """Collapsed (deploy) form: a timm ``VisionTransformer`` with L/n blocks (attention width set by ``form``)."""
     _no_pretrained(pretrained, "nondeep_collapsed")
     teacher = _base(base, base_kwargs, kwargs)

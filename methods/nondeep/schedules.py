@@ -26,7 +26,8 @@ Notes where the paper disagrees with itself (each shown by a test in ``tests/tes
 from __future__ import annotations
 
 import math
-from typing import Callable, Literal, get_args
+from collections.abc import Callable
+from typing import Literal, get_args
 
 import torch
 import torch.nn as nn
@@ -144,7 +145,7 @@ class ProgressiveJoin(TrainHook):
         t = 1.0 if self.warmup_steps == 0 else step / self.warmup_steps
         return lambda_schedule(self.schedule, t)
 
-    def start(self, model: nn.Module) -> "ProgressiveJoin":
+    def start(self, model: nn.Module) -> ProgressiveJoin:
         set_lambda(model, self.value())
         return self
 
