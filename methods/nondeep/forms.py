@@ -24,6 +24,8 @@ import torch
 from timm.models import register_model
 from timm.models.vision_transformer import VisionTransformer
 
+import methods.teachers  # noqa: F401  (registers vit_demo, the demo profile's default base)
+
 from .branched import branch, check_branches
 from .collapse import collapse
 from .schedules import set_lambda
@@ -32,8 +34,6 @@ _TIMM_ONLY = ("pretrained_cfg", "pretrained_cfg_overlay", "cache_dir")
 
 
 def _base(base: str, base_kwargs: dict | None, kwargs: dict) -> VisionTransformer:
-    import methods.teachers  # noqa: F401  (registers vit_demo, the demo profile's base)
-
     for k in _TIMM_ONLY:
         kwargs.pop(k, None)
     if not isinstance(base, str) or not timm.is_model(base):
