@@ -3,7 +3,6 @@ the paper's merge formulas, losses, similarity, sizes and the timm forms."""
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 
@@ -180,7 +179,8 @@ def test_registered_forms_rebuild_from_json_kwargs_and_load_strictly(n):
         rebuilt = timm.create_model(name, **json.loads(json.dumps(kwargs))).eval()
         rebuilt.load_state_dict(model.state_dict(), strict=True)
         torch.testing.assert_close(rebuilt(x), model(x))
-    assert nd.get_lambda(timm.create_model("nondeep_branched", base="vit_demo", branches=n, base_kwargs=base_kwargs)) == 0
+    fresh = timm.create_model("nondeep_branched", base="vit_demo", branches=n, base_kwargs=base_kwargs)
+    assert nd.get_lambda(fresh) == 0
 
 
 # ---------------------------------------------------------------------------------------- joining
@@ -280,7 +280,8 @@ def test_branch_patterns_at_lambda_one_equal_the_collapsed_maps(teacher, images)
     _, cc = run_with_cache(nd.collapse(model), images, names="blocks.*.attn.hook_pattern")
     for i in range(6):
         for b in range(2):
-            torch.testing.assert_close(cb[f"blocks.{i}.branches.{b}.attn.hook_pattern"], cc[f"blocks.{i}.attn.hook_pattern"])
+            torch.testing.assert_close(cb[f"blocks.{i}.branches.{b}.attn.hook_pattern"],
+                                       cc[f"blocks.{i}.attn.hook_pattern"])
 
 
 def test_score_matrices_are_xwx(teacher, images):
@@ -308,7 +309,8 @@ def test_diversity_loss_against_hand_computation():
                 total += (float(u @ v) / (float(u.norm()) * float(v.norm()))) ** 2
     hand = total / (3 * 2 * 4)
     assert nd.diversity_loss([f]).item() == pytest.approx(hand, rel=1e-5)
-    assert nd.diversity_loss([f, torch.stack([f[0], -f[0], 2 * f[0]])]).item() == pytest.approx((hand + 1) / 2, rel=1e-5)
+    aligned = torch.stack([f[0], -f[0], 2 * f[0]])  # cos² = 1 for every pair
+    assert nd.diversity_loss([f, aligned]).item() == pytest.approx((hand + 1) / 2, rel=1e-5)
     assert nd.pairwise_cos2(f[:1]).item() == 0.0
 
 
