@@ -92,8 +92,10 @@ def attention_distillation_loss(student_maps: Sequence[torch.Tensor],
     return torch.stack(total).mean()
 
 
-def _stack_by_block(cache: dict[str, torch.Tensor], suffix: str, blocks: int, branches: int) -> list[torch.Tensor]:
-    return [torch.stack([cache[f"blocks.{i}.branches.{b}.{suffix}"] for b in range(branches)]) for i in range(blocks)]
+def _stack_by_block(cache: dict[str, torch.Tensor], suffix: str, blocks: int, branches: int,
+                    prefix: str = "") -> list[torch.Tensor]:
+    return [torch.stack([cache[f"{prefix}blocks.{i}.branches.{b}.{suffix}"] for b in range(branches)])
+            for i in range(blocks)]
 
 
 class NonDeepLoss(nn.Module):
@@ -142,8 +144,9 @@ class NonDeepLoss(nn.Module):
         if not blocks:
             raise ValueError(f"{type(model).__name__} is not a branched model (methods.nondeep.branch)")
         n, depth = blocks[0].num_branches, len(blocks)
-        names = [PATTERN] if self.distill_weight > 0 else []
-        names += [ATTN_OUT, FFN_OUT] if self.diversity_weight > 0 else []
+        prefix = "module." if isinstance(model, nn.parallel.DistributedDataParallel) else ""  # hook names under DDP
+        names = [prefix + PATTERN] if self.distill_weight > 0 else []
+        names += [prefix + ATTN_OUT, prefix + FFN_OUT] if self.diversity_weight > 0 else []
         if names:
             logits, cache = run_with_cache(model, images, names=names, detach=False)
         else:
@@ -158,12 +161,13 @@ class NonDeepLoss(nn.Module):
             with torch.no_grad():
                 t_names = [f"blocks.{t}.attn.hook_pattern" for t in layers]
                 t_logits, t_cache = run_with_cache(self.teacher, images, names=t_names)
-            attn = attention_distillation_loss(_stack_by_block(cache, "attn.hook_pattern", depth, n),
+            attn = attention_distillation_loss(_stack_by_block(cache, "attn.hook_pattern", depth, n, prefix),
                                                [t_cache[f"blocks.{t}.attn.hook_pattern"] for t in layers])
             loss = loss + self.distill_weight * attn
             parts["attn"] = attn.item()
         if self.diversity_weight > 0:
-            feats = _stack_by_block(cache, "attn.hook_out", depth, n) + _stack_by_block(cache, "mlp.hook_out", depth, n)
+            feats = [*_stack_by_block(cache, "attn.hook_out", depth, n, prefix),
+                     *_stack_by_block(cache, "mlp.hook_out", depth, n, prefix)]
             div = diversity_loss(feats)
             loss = loss + self.diversity_weight * div
             parts["div"] = div.item()
