@@ -53,7 +53,7 @@ from .collapse import (
     max_relative_error,
     resolve_form,
 )
-from .config import DEMO_JOIN, NONDEEP_VARIANTS, JoinConfig, NonDeepVariant
+from .config import DEMO_ABLATION, DEMO_JOIN, NONDEEP_VARIANTS, JoinConfig, NonDeepVariant
 from .flops import CONVENTIONS, Cost, SizeRow, attention_matmul_macs, cost, paper_r_form_cost, table1
 from .forms import nondeep_branched, nondeep_collapsed
 from .layernorm import absorb_layernorm_backward, absorb_layernorm_forward
@@ -72,7 +72,7 @@ from .schedules import SCHEDULES, ProgressiveJoin, Schedule, get_lambda, lambda_
 from .similarity import FEATURE_MODULES, WEIGHT_MODULES, branch_features, feature_similarity, weight_similarity
 
 __all__ = [
-    "ATTN_OUT", "COLLAPSE_VARIANTS", "CONVENTIONS", "DEMO_JOIN", "FEATURE_MODULES", "FFN_OUT", "FORMS",
+    "ATTN_OUT", "COLLAPSE_VARIANTS", "CONVENTIONS", "DEMO_ABLATION", "DEMO_JOIN", "FEATURE_MODULES", "FFN_OUT", "FORMS",
     "NONDEEP_VARIANTS", "PAPER_CPU_RATIOS", "PAPER_MEMORY_GB", "PAPER_TABLE1", "PAPER_TABLE5", "PATTERN", "SCHEDULES",
     "WEIGHT_MODULES",
     "Branch", "BranchAttention", "BranchMlp", "CollapseVariant", "Cost", "Form", "JoinConfig", "MergeFormulas",
