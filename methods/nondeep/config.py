@@ -82,8 +82,9 @@ class JoinConfig:
 
 #: The demo profile's joining phase, measured on the 2-core machine (one torch thread, demo set of 4000
 #: training images, batch 32 = 125 steps per epoch, AdamW, cosine learning rate without warm-up down to
-#: lr/100): two epochs, λ linear over the first, logit distillation (T = 1) and α = 0.05. About 32 s (3x2)
-#: and 35 s (2x3) of one core; collapsed students 88.4% / 83.9% on the held-out 1000 (teacher 93.7%).
+#: lr/100): two epochs, λ linear over the first, logit distillation (T = 1) and α = 0.05. 28-32 s (3x2)
+#: and 28-35 s (2x3) of one core; collapsed students 88.4% / 83.3-83.9% on the held-out 1000 (teacher
+#: 93.7%; the teacher's first 3 / 2 blocks trained the same way: 82.9% / 72.2%).
 DEMO_JOIN = JoinConfig(warmup_steps=125, adjust_steps=125, kd_weight=1.0, lr=5e-4, batch_size=32)
 #: Table 5's ablation on the demo: one epoch per row (warm-up over half of it), same loss.
 DEMO_ABLATION = JoinConfig(warmup_steps=63, adjust_steps=62, kd_weight=1.0, lr=5e-4, batch_size=32)
