@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
     from workbench.figures.context import Context
 
-__all__ = ["DataSpec", "FigureSpec", "DATA", "FIGURES", "dataset", "figure", "load_all", "get", "closure"]
+__all__ = ["DataSpec", "FigureSpec", "StudentSpec", "DATA", "FIGURES", "STUDENTS", "dataset", "figure", "student",
+           "load_all", "get", "closure"]
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,20 @@ class FigureSpec:
         return self.plot(*(ctx.data(d) for d in self.data))
 
 
+@dataclass(frozen=True)
+class StudentSpec:
+    """A compressed model a method's figures train, offered to the teacher-vs-compressed comparison (``compare.*``)."""
+
+    label: str  # e.g. "FAR†", "SlimSwin r=1/3": the comparison's ``model`` coordinate
+    method: str  # registry name of the method
+    teacher: str  # demo teacher arch it was compressed from ("vit", "swin", "cnn")
+    after: tuple[str, ...]  # data ids whose computation trains it
+    run: Callable[["Context"], Any]  # fn(ctx) -> the student's Run (reused: the ``after`` data trained it)
+
+
 DATA: dict[str, DataSpec] = {}
 FIGURES: dict[str, FigureSpec] = {}
+STUDENTS: dict[str, StudentSpec] = {}
 
 
 def dataset(id: str, *, after: tuple[str, ...] = (), exclusive: bool = False):
@@ -71,6 +84,16 @@ def dataset(id: str, *, after: tuple[str, ...] = (), exclusive: bool = False):
 
     def deco(fn: Callable[["Context"], "xr.Dataset"]) -> Callable[["Context"], "xr.Dataset"]:
         DATA[id] = DataSpec(id, fn, tuple(after), exclusive, fn.__module__)
+        return fn
+
+    return deco
+
+
+def student(label: str, *, method: str, teacher: str, after: tuple[str, ...]):
+    """Decorator registering ``fn(ctx) -> Run`` as a student the comparison figures include (see :class:`StudentSpec`)."""
+
+    def deco(fn: Callable[["Context"], Any]) -> Callable[["Context"], Any]:
+        STUDENTS[label] = StudentSpec(label, method, teacher, tuple(after), fn)
         return fn
 
     return deco

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from workbench.figures import dataset, figure
+from workbench.figures import dataset, figure, student
 from workbench.figures.context import Context
 from workbench.plots.table import Table
 
@@ -48,6 +48,16 @@ def far_runs(ctx: Context):
     teacher = ctx.teacher("vit")
     pruned = ctx.run("far", teacher.id)
     return teacher, ctx.use_run(open_run(pruned.config["source_run"])), pruned
+
+
+@student("FAR", method="far", teacher="vit", after=("far.runs",))
+def far_student(ctx: Context):
+    return far_runs(ctx)[1]
+
+
+@student("FAR†", method="far", teacher="vit", after=("far.runs",))
+def pruned_far_student(ctx: Context):
+    return far_runs(ctx)[2]
 
 
 # ---------------------------------------------------------------------------------------- data

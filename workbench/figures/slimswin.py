@@ -16,7 +16,7 @@ from fractions import Fraction
 import pandas as pd
 import xarray as xr
 
-from workbench.figures import dataset, figure
+from workbench.figures import dataset, figure, student
 from workbench.figures.context import Context
 from workbench.plots.table import Table
 
@@ -35,6 +35,17 @@ def sweep(ctx: Context):
 
     teacher = ctx.teacher("swin")
     return teacher, [ctx.use_run(r) for r in run_sweep(teacher.id, ctx.profile.name, device=ctx.device, log=ctx.log)]
+
+
+def _student(index: int):
+    def run(ctx: Context):
+        return sweep(ctx)[1][index]
+
+    return run
+
+
+student("SlimSwin r=1/3", method="slimswin", teacher="swin", after=("slimswin.sweep",))(_student(0))
+student("SlimSwin r=2/3", method="slimswin", teacher="swin", after=("slimswin.sweep",))(_student(-1))
 
 
 # ---------------------------------------------------------------------------------------- data
