@@ -9,6 +9,8 @@ from safetensors.torch import save_file
 
 from workbench.cli import main
 
+pytestmark = pytest.mark.integration
+
 
 def test_help_has_examples(capsys):
     with pytest.raises(SystemExit) as e:

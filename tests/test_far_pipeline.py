@@ -16,6 +16,8 @@ from workbench.cli import main
 from workbench.models import CheckpointError, create_model, load_model, load_weights, read_state_dict
 from workbench.runs import open_run, runs_root
 
+pytestmark = pytest.mark.integration
+
 QUIET = dict(device="cpu", log=lambda *_: None)
 
 

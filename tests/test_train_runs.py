@@ -16,6 +16,8 @@ from methods.train import TrainConfig, TrainHook, fit
 from workbench.data import DemoDataset
 from workbench.runs import RunError, ensure_run, open_run
 
+pytestmark = pytest.mark.integration
+
 CFG = TrainConfig(epochs=3, batch_size=32, lr=1e-3, warmup_epochs=1, device="cpu", progress=False)
 
 
