@@ -50,23 +50,7 @@ def _tc(epochs: int, lr: float, **kw) -> TrainConfig:
 #: 100 epochs at 5e-5 with 5 warm-up epochs, threshold 1e-4, masked finetune 100 epochs; drop path
 #: 0.1; AMP). Small/Base use finetune 2e-5 and pruning 5e-6 (``methods.far.FAR_VARIANTS``).
 BUDGETS: dict[str, FARBudget] = {
-    # demo: the vit_demo teacher (6 blocks, 4 heads of 16) on MNIST-5k; measured epoch curves and one-core costs
-    # of the Table 3 budgets: docs/far-demo-budgets.md.
-    # FAR run: ~100 s on one idle CPU thread; 5 distillation epochs reached 89% (4 only 86%) with an earlier demo
-    # teacher, 86.7% (87.7% after finetuning) with the one measured in docs/far-demo-budgets.md.
-    # Distillation: 5 epochs instead of 200 need a 20x larger learning rate (1e-2; 2e-3 reached 25% in
-    # 3 epochs, 1e-2 90% in 6), batch 32 (twice the updates at the same cost per image) and a zero-
-    # initialised output projection (each block starts as the teacher block without attention:
-    # 44% vs 25% after 3 epochs at 2e-3).
-    # Pruning: with the paper's weight 1e-4 (and lr 5e-5) for 100 epochs, 2 demo epochs move no group
-    # norm (~2-3 after distillation) anywhere near the 1e-4 threshold: nothing would be pruned
-    # (measured: weight 1e-2 at lr 1e-3 still left every norm above 0.8). A 1000x weight (1e-1) at lr
-    # 5e-3 drives ~45% of the groups below the paper's threshold 1e-4 in 2 epochs (weight 3e-1 at
-    # 3e-3: 19%), so the demo keeps the paper's threshold.
-    # Table 3: 2 distillation epochs per schedule (1 of warm-up), batch 16, no finetuning: combined 70%,
-    # the cheapest budget measured that separates the schedules (1 epoch at batch 32 left all four at
-    # chance; 2 at batch 32: combined 56%; 3 at batch 16: 82%, at 1.5x the cost). TFS trains a whole ViT,
-    # at the teacher recipe's lr 1e-3.
+    # demo: the vit_demo teacher on MNIST-5k; the measurements behind these numbers: docs/budgets.md, docs/far-demo-budgets.md.
     "demo": FARBudget(
         distill=_tc(5, 1e-2, batch_size=32, warmup_epochs=1),
         finetune=_tc(1, 3e-4, batch_size=32),

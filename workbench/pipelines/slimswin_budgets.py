@@ -33,12 +33,7 @@ class SlimSwinRecipe:
 #: not stated in the paper (ours: SlimSwinConfig defaults, i = 32, batch 128). Ratios: the paper's
 #: 1/3, 4/9, 5/9, 2/3 (printed 0.33 ... 0.67; methods.slimswin.PAPER_RATIOS).
 RECIPES: dict[str, SlimSwinRecipe] = {
-    # demo Swin (swin_demo): 144 prunable pairs (stage 0: 2 layers x 16 windows x 3 heads, stage 1: 2 x 4 x 6),
-    # i = 8 pairs per iteration, so the sweep reaches exactly 1/3, 4/9, 5/9, 2/3 (48 / 64 / 80 / 96 pairs) in
-    # 6 / 8 / 10 / 12 iterations (5.6 % of the pairs per iteration; Swin-T at i = 32: 3.7 %); 256 saliency images, a 1000-image KD fine-tune per iteration, 1 final epoch on the 4000
-    # training images. lr 1e-3 (20x the paper's 5e-5, which suits a converged ImageNet model, not 16 updates
-    # per iteration). One CPU thread: the demo Swin's matrices (16 tokens x 24 channels) are too small for a
-    # second thread to help, and on a shared CPU two threads ran far slower than one.
+    # demo Swin (swin_demo), 144 prunable pairs; i = 8 reaches the paper's ratios exactly. Measurements: docs/budgets.md.
     "demo": SlimSwinRecipe(
         SlimSwinConfig(step_pairs=8, saliency_samples=256, finetune_fraction=0.25, final_epochs=1, lr=1e-3),
         batch_size=64, ratios=PAPER_RATIOS, saliency_images="demo:val[:256]", cpu_threads=1,
