@@ -55,3 +55,22 @@ def test_unknown_option_missing_option_and_unknown_method_are_clear_errors(capsy
     with pytest.raises(SystemExit) as e:  # argparse: a missing required flag
         main(["run", "slimswin", "--profile", "smoke"])
     assert e.value.code == 2 and "--ratio" in capsys.readouterr().err
+
+
+def test_figures_redraw_only_what_changed(tmp_path, smoke_teacher, capsys):
+    import os
+
+    smoke_teacher("vit")
+    out = tmp_path / "figs"
+    argv = ["figures", "toy.fig1", "--profile", "smoke", "--device", "cpu", "--jobs", "1", "--out", str(out)]
+    assert main(argv) == 0
+    png = out / "toy.fig1.png"
+    first = png.stat().st_mtime_ns
+    assert main(argv) == 0
+    assert png.stat().st_mtime_ns == first and "(1 unchanged" in capsys.readouterr().out  # warm: nothing redrawn
+    from workbench.figures.context import Context
+
+    store = Context("smoke").data_path("toy.logits")
+    os.utime(store, ns=(store.stat().st_atime_ns, store.stat().st_mtime_ns + 10**9))  # its data was recomputed
+    assert main(argv) == 0
+    assert png.stat().st_mtime_ns != first

@@ -112,7 +112,8 @@ def _parser() -> argparse.ArgumentParser:
                         "(default: one per CPU core on the CPU, 1 on a GPU; 1 = all in this process)")
     _add_profile(f)
     _add_device(f)
-    f.add_argument("--force", action="store_true", help="recompute analyses and figure data (runs are reused)")
+    f.add_argument("--force", action="store_true",
+                   help="recompute analyses and figure data and redraw every figure (runs are reused)")
 
     r = add(sub, "run", "Run a compression method end to end (as resumable runs).", EXAMPLES["run"])
     rs = r.add_subparsers(dest="method", required=True)
@@ -230,8 +231,7 @@ def cmd_figures(args) -> int:
     from rich.table import Table
 
     from workbench import figures as F
-    from workbench.figures.context import Context
-    from workbench.figures.render import render
+    from workbench.figures.render import draw_all
     from workbench.figures.schedule import default_jobs, prepare
 
     if args.list:
@@ -258,15 +258,14 @@ def cmd_figures(args) -> int:
         prepare(steps, jobs=jobs, profile=args.profile, device=args.device, force=args.force, log=log,
                 on_done=lambda i, sec: prog.advance(task))
         t1 = time.perf_counter()
-        ctx = Context(args.profile, args.device, False, log=log)  # drawing only reads what was prepared
         task = prog.add_task("figures", total=len(specs))
-        for spec in specs:
-            prog.update(task, description=spec.id)
-            written += render([spec], ctx, args.out)
-            prog.advance(task)
+        written, reused = draw_all(specs, args.profile, args.out, jobs=min(args.jobs or default_jobs(args.device),
+                                                                           len(specs)),
+                                   device=args.device, reuse=not args.force, log=log,
+                                   on_done=lambda i: prog.advance(task))
     t2 = time.perf_counter()
-    print(f"prepared {len(steps)} data in {t1 - t0:.0f} s ({jobs} job{'s' * (jobs > 1)}), drew {len(specs)} items "
-          f"in {t2 - t1:.0f} s")
+    print(f"prepared {len(steps)} data in {t1 - t0:.0f} s ({jobs} job{'s' * (jobs > 1)}), drew {len(specs) - reused} "
+          f"items in {t2 - t1:.0f} s ({reused} unchanged since they were drawn)")
     print(f"wrote {len(written)} files to {args.out}/ (gallery: {args.out}/index.md)")
     return 0
 

@@ -76,6 +76,20 @@ class Context:
     def data_path(self, id: str) -> Path:
         return self.store_dir / "figdata" / f"{id}.nc"
 
+    def is_fresh(self, id: str) -> bool:
+        """Whether the data ``id`` is stored and still valid (it would be read back, not recomputed)."""
+        from workbench.store import StoreError, open_store
+
+        path = self.data_path(id)
+        if not path.exists() or (self.force and id not in self._fresh):
+            return False
+        try:
+            ds = open_store(path)
+        except StoreError:
+            return False
+        with ds:
+            return id in self._fresh or _still_valid(ds)
+
     def data(self, id: str) -> xr.Dataset:
         """The Dataset of the registered data ``id``: read back when fresh, else computed, stamped and stored."""
         from workbench.figures import DATA, load_all

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 from methods.io import atomic_path, atomic_write_text
 from workbench.figures import FigureSpec
 from workbench.figures.context import Context
 
-__all__ = ["render", "write_index"]
+__all__ = ["render", "draw", "write_index"]
 
 PAPERS = {"workbench": "Teachers (the workbench's own)", "far": "FAR — attention replaced by BiLSTMs",
           "sparsifiner": "Sparsifiner — instance-dependent sparse attention",
@@ -22,8 +23,56 @@ PAPERS = {"workbench": "Teachers (the workbench's own)", "far": "FAR — attenti
           "slimswin": "SlimSwin — window-head pruning", "compare": "Teacher vs compressed"}
 
 
-def render(specs: list[FigureSpec], ctx: Context, out_dir: str | Path = "figures") -> list[Path]:
-    """Draw each spec (its data computed or read back through ``ctx``), write its files, then rewrite ``index.md``."""
+def render(specs: list[FigureSpec], ctx: Context, out_dir: str | Path = "figures", *, reuse: bool = True,
+           index: bool = True) -> list[Path]:
+    """Draw each spec (its data computed or read back through ``ctx``), write its files, then rewrite ``index.md``.
+
+    Args:
+        reuse: keep a figure whose files exist and whose data stores and plotting code are the ones it was drawn from
+            (a warm ``workbench figures`` only redraws what changed).
+        index: rewrite ``index.md`` at the end.
+
+    Returns:
+        The files written (reused figures' files are not listed).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for spec in specs:
+        written += draw(spec, ctx, out_dir, reuse=reuse)
+    if index:
+        write_index(out_dir)
+    return written
+
+
+def _code_hash(spec: FigureSpec) -> str:
+    """Hash of the figure module and the plot modules: what decides how a stored Dataset is drawn."""
+    import hashlib
+    import sys
+
+    from workbench import plots
+
+    files = [Path(sys.modules[spec.plot.__module__].__file__)] if spec.plot.__module__ in sys.modules else []
+    files += sorted(Path(plots.__file__).parent.glob("*.py"))
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _fingerprint(spec: FigureSpec, ctx: Context) -> dict | None:
+    """What a drawn figure depends on: its data stores (by modification time) and the code; None if a store is missing."""
+    stamps = {}
+    for d in spec.data:
+        path = ctx.data_path(d)
+        if not path.exists():
+            return None
+        stamps[d] = path.stat().st_mtime_ns
+    return {"data": stamps, "code": _code_hash(spec), "profile": ctx.profile.name}
+
+
+def draw(spec: FigureSpec, ctx: Context, out_dir: Path, *, reuse: bool = True) -> list[Path]:
+    """Draw one figure and write its files and index entry; nothing if ``reuse`` and it is up to date."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -32,36 +81,88 @@ def render(specs: list[FigureSpec], ctx: Context, out_dir: str | Path = "figures
     from workbench.plots.table import Table
     from workbench.plots.theme import set_theme
 
+    entry_path = out_dir / f".{spec.id}.json"
+    before = _fingerprint(spec, ctx)
+    if reuse and before is not None and entry_path.exists():
+        old = json.loads(entry_path.read_text())
+        if old.get("fingerprint") == before and all((out_dir / f).exists() for f in old.get("files", [])):
+            return []
     set_theme()
+    datasets = [ctx.data(d) for d in spec.data]
+    result = spec.plot(*datasets)
+    if isinstance(result, Table):
+        files = [atomic_write_text(out_dir / f"{spec.id}.md", result.to_markdown()),
+                 atomic_write_text(out_dir / f"{spec.id}.csv", result.frame.to_csv(index=False))]
+    else:
+        files = []
+        for ext in ("png", "pdf"):
+            with atomic_path(out_dir / f"{spec.id}.{ext}") as tmp:
+                result.savefig(tmp, dpi=150 if ext == "png" else None, bbox_inches="tight", format=ext)
+            files.append(out_dir / f"{spec.id}.{ext}")
+        plt.close(result)
+    provenance = [json.loads(ds.attrs.get("sources", "[]")) for ds in datasets]
+    entry = {"id": spec.id, "paper": spec.paper, "kind": spec.kind, "caption": spec.caption,
+             "files": [f.name for f in files], "data": list(spec.data), "profile": ctx.profile.name,
+             "created": [ds.attrs.get("created") for ds in datasets],
+             "versions": {k: datasets[0].attrs.get(k) for k in ("workbench_version", "torch_version", "timm_version")}
+             if datasets else {},
+             "provenance": [u for p in provenance for u in p], "fingerprint": _fingerprint(spec, ctx)}
+    atomic_write_text(entry_path, json.dumps(entry, indent=1, default=str))
+    for ds in datasets:
+        ds.close()
+    return files
+
+
+def stale(spec: FigureSpec, ctx: Context, out_dir: Path) -> bool:
+    """Whether ``spec`` must be drawn: its files, entry, data stores or plotting code changed since it was drawn."""
+    entry_path = out_dir / f".{spec.id}.json"
+    now = _fingerprint(spec, ctx)
+    if now is None or not entry_path.exists():
+        return True
+    old = json.loads(entry_path.read_text())
+    return old.get("fingerprint") != now or not all((out_dir / f).exists() for f in old.get("files", []))
+
+
+def draw_all(specs: list[FigureSpec], profile: str, out_dir: str | Path, *, jobs: int = 1, device: str = "auto",
+             reuse: bool = True, log: Callable[[str], None] = print,
+             on_done: Callable[[str], None] | None = None) -> tuple[list[Path], int]:
+    """Draw the specs that need it (all, unless ``reuse``) in ``jobs`` spawned processes, then rewrite ``index.md``.
+
+    Returns:
+        (files written, number of figures reused as they were).
+    """
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for spec in specs:
-        datasets = [ctx.data(d) for d in spec.data]
-        result = spec.plot(*datasets)
-        if isinstance(result, Table):
-            files = [atomic_write_text(out_dir / f"{spec.id}.md", result.to_markdown()),
-                     atomic_write_text(out_dir / f"{spec.id}.csv", result.frame.to_csv(index=False))]
-        else:
-            files = []
-            for ext in ("png", "pdf"):
-                with atomic_path(out_dir / f"{spec.id}.{ext}") as tmp:
-                    result.savefig(tmp, dpi=150 if ext == "png" else None, bbox_inches="tight", format=ext)
-                files.append(out_dir / f"{spec.id}.{ext}")
-            plt.close(result)
-        provenance = [json.loads(ds.attrs.get("sources", "[]")) for ds in datasets]
-        entry = {"id": spec.id, "paper": spec.paper, "kind": spec.kind, "caption": spec.caption,
-                 "files": [f.name for f in files], "data": list(spec.data), "profile": ctx.profile.name,
-                 "created": [ds.attrs.get("created") for ds in datasets],
-                 "versions": {k: datasets[0].attrs.get(k) for k in ("workbench_version", "torch_version", "timm_version")}
-                 if datasets else {},
-                 "provenance": [u for p in provenance for u in p]}
-        atomic_write_text(out_dir / f".{spec.id}.json", json.dumps(entry, indent=1, default=str))
-        for ds in datasets:
-            ds.close()
-        written += files
+    ctx = Context(profile, device, False, log=log)  # drawing only reads what the preparation stored
+    todo = [s for s in specs if not reuse or stale(s, ctx, out_dir)]
+    for s in specs:
+        if s not in todo and on_done:
+            on_done(s.id)
+    written: list[Path] = []
+    if jobs <= 1 or len(todo) <= 2:
+        for spec in todo:
+            written += draw(spec, ctx, out_dir, reuse=False)
+            if on_done:
+                on_done(spec.id)
+    else:
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+            futures = {pool.submit(_draw_in_worker, s.id, profile, device, str(out_dir)): s.id for s in todo}
+            for fut in as_completed(futures):
+                written += [Path(f) for f in fut.result()]
+                if on_done:
+                    on_done(futures[fut])
     write_index(out_dir)
-    return written
+    return written, len(specs) - len(todo)
+
+
+def _draw_in_worker(spec_id: str, profile: str, device: str, out_dir: str) -> list[str]:
+    from workbench.figures import get
+
+    (spec,) = get([spec_id])
+    return [str(f) for f in draw(spec, Context(profile, device, False, log=lambda _: None), Path(out_dir), reuse=False)]
 
 
 def write_index(out_dir: Path) -> Path:

@@ -84,6 +84,11 @@ def prepare(ids: Iterable[str], *, jobs: int, profile: str = "demo", device: str
         if on_done:
             on_done(i, sec)
 
+    ready = Context(profile, device, force, log=log)
+    for i in [i for i in graphlib.TopologicalSorter(graph).static_order() if ready.is_fresh(i)]:
+        graph = {j: tuple(a for a in after if a != i) for j, after in graph.items() if j != i}  # stored: nothing to do
+        if on_done:
+            on_done(i, 0.0)
     exclusive = [i for i in graphlib.TopologicalSorter(graph).static_order() if DATA[i].exclusive]
     shared = {i: tuple(a for a in after if not DATA[a].exclusive) for i, after in graph.items() if not DATA[i].exclusive}
     if any(DATA[a].exclusive for i in shared for a in graph[i]):
