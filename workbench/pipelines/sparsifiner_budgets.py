@@ -55,7 +55,7 @@ BUDGETS: dict[str, SparsifinerBudget] = {
     # smoke: a few updates per phase on the smoke profile's 256 images, only to exercise the pipeline.
     "smoke": SparsifinerBudget(
         method=SparsifinerConfig(n_down=8), phase1=replace(_P1_DEMO, batch_size=64), phase2=replace(_P2_DEMO, batch_size=64),
-        keep_rates=(0.5, 0.1), linformer_keep_rate=0.1, analysis_keep_rate=0.1, cpu_threads=1, progress=False,
+        keep_rates=(0.25, 0.1), cpu_threads=1, progress=False,
     ),
     # paper: §4 with DeiT-S (n_down 32, τ 0.05, W_up threshold 1e-2, every layer); phase 1 5 epochs, phase 2 40
     # epochs; lr and batch from the authors' config (Phase1Config / Phase2Config); warm-up not stated (ours: 0).
