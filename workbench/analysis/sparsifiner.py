@@ -46,12 +46,14 @@ def sparse_points(model: nn.Module) -> list[AttentionPoint]:
         ValueError: the model has none (a dense ViT, a Linformer baseline, a Swin...).
     """
     names = list(hook_points(model))
-    points = [AttentionPoint(n.removesuffix(".hook_mask"), int(m["layer"])) for n in names if (m := MASK_PATTERN.fullmatch(n))]
+    points = [AttentionPoint(n.removesuffix(".hook_mask"), int(m["layer"]))
+              for n in names if (m := MASK_PATTERN.fullmatch(n))]
     if not points:
         hint = " It has blocks.{i}.attn.hook_pattern: use the 'attention' extractor." if any(
             n.endswith(".attn.hook_pattern") for n in names) else ""
-        raise ValueError(f"{type(model).__name__} has no Sparsifiner attention hook points (blocks.{{i}}.attn.hook_mask): "
-                         f"build it with methods.sparsifiner.replace_attention or load a Sparsifiner run.{hint}")
+        raise ValueError(f"{type(model).__name__} has no Sparsifiner attention hook points "
+                         "(blocks.{i}.attn.hook_mask): build it with methods.sparsifiner.replace_attention or load "
+                         f"a Sparsifiner run.{hint}")
     return points
 
 
@@ -224,7 +226,8 @@ def extract_sparse_basis(
     order = [i for i, _ in sparse_attentions(model)]
     raw = sparse_basis(model, thresholded=False)[[order.index(p.layer) for p in points]].cpu().numpy()  # (L, r, T)
     used = np.stack([cache[f"{p.name}.predictor.hook_w_up"].cpu().numpy() for p in points])  # (L, r, T)
-    a_down = np.stack([cache[f"{p.name}.predictor.hook_a_down"].cpu().numpy() for p in points], axis=1)  # (B, L, H, T-P, r)
+    # (B, L, H, T-P, r) each
+    a_down = np.stack([cache[f"{p.name}.predictor.hook_a_down"].cpu().numpy() for p in points], axis=1)
     coef = np.stack([cache[f"{p.name}.predictor.hook_coef"].cpu().numpy() for p in points], axis=1)
     n_layers, r, n_tok = used.shape
     q = layout.coords("query")
@@ -244,8 +247,9 @@ def extract_sparse_basis(
          "basis_sparsity": ("layer", (used == 0).mean((1, 2)).astype(np.float32)),
          "coef_sparsity": ("layer", (coef == 0).mean((0, 2, 3, 4)).astype(np.float32)),
          "up_density": ("layer", (products.mean((0, 2, 3)) / (r * n_tok)).astype(np.float32))},
-        coords={"sample": np.arange(coef.shape[0]), "layer": [p.layer for p in points], "head": np.arange(coef.shape[2]),
-                "basis": np.arange(r), "y": np.arange(gh), "x": np.arange(gw), **patch_q, **prefix_k},
+        coords={"sample": np.arange(coef.shape[0]), "layer": [p.layer for p in points],
+                "head": np.arange(coef.shape[2]), "basis": np.arange(r), "y": np.arange(gh), "x": np.arange(gw),
+                **patch_q, **prefix_k},
     )
     pred = dict(sparse_attentions(model))[points[0].layer].predictor
     for name, long in (("w_up", "sparse basis W_up as used (thresholded)"), ("w_up_raw", "W_up parameter"),

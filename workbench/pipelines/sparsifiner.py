@@ -40,7 +40,6 @@ from methods.sparsifiner import (
     Phase1Loss,
     Phase2Loss,
     SparsifinerConfig,
-    budget as attention_budget,
     check_vit,
     connectivity,
     dense_mhsa_macs,
@@ -59,11 +58,19 @@ from methods.sparsifiner import (
     to_sparse_path,
     unfreeze_all,
 )
+from methods.sparsifiner import budget as attention_budget
 from methods.train import atomic_save_safetensors, cpu_threads, evaluate, fit, is_main, resolve_device
 from workbench.models import create_model, load_model, load_weights, read_state_dict
 from workbench.pipelines import Method, Option, RunRequest, budget, register_method, run_method
-from workbench.pipelines.common import load_teacher, method_data, model_counts, phase_logger, run_tag, student_run, \
-    train_record
+from workbench.pipelines.common import (
+    load_teacher,
+    method_data,
+    model_counts,
+    phase_logger,
+    run_tag,
+    student_run,
+    train_record,
+)
 from workbench.pipelines.sparsifiner_budgets import BUDGETS, SparsifinerBudget
 from workbench.runs import Run, open_run
 
@@ -241,8 +248,9 @@ def _keep_body(req: RunRequest, cfg: SparsifinerConfig, kwargs: dict, phase1: Ru
             t, p = num_tokens(student)
             images = next(iter(loader))[0].to(dev)
             out = {"val_acc": hist[-1]["val_acc"], "phase1_val_acc": phase1_acc, "init_val_acc": init_acc,
-                   "teacher_val_acc": _teacher_acc(req), "keep_rate": cfg.keep_rate, "budget": attention_budget(cfg.keep_rate, t),
-                   "tokens": t, "prefix_tokens": p, "n_down": cfg.n_down, "renormalize": cfg.renormalize,
+                   "teacher_val_acc": _teacher_acc(req), "keep_rate": cfg.keep_rate,
+                   "budget": attention_budget(cfg.keep_rate, t), "tokens": t, "prefix_tokens": p,
+                   "n_down": cfg.n_down, "renormalize": cfg.renormalize,
                    **_budget_check(student, loader, dev), **_mhsa(student, images)}
             if b.deploy_check:
                 out.update(_deploy_check(student, loader, dev))
@@ -306,7 +314,8 @@ def _run(req: RunRequest, keep_rate: float, linformer: bool = False, renormalize
     keep_rate = _check_keep_rate(keep_rate)
     b: SparsifinerBudget = req.budget
     if req.profile.name == "paper" and req.data is None:
-        raise ValueError("the paper profile trains on your data: pass --data PATH (an ImageFolder with train/ and val/)")
+        raise ValueError("the paper profile trains on your data: pass --data PATH (an ImageFolder with train/ and "
+                         "val/)")
     resolve_device(req.device)
     arch = create_model(req.teacher.model_name, **req.teacher.model_kwargs)
     check_vit(arch)  # a clear error for a Swin, a CNN, ... before any run directory exists
@@ -317,7 +326,8 @@ def _run(req: RunRequest, keep_rate: float, linformer: bool = False, renormalize
         kwargs = {"base": req.teacher.model_name, "base_kwargs": dict(req.teacher.model_kwargs), "keep_rate": keep_rate}
         config = {"model_name": "linformer_vit", "model_kwargs": kwargs, "k": attention_budget(keep_rate, tokens),
                   "phase1": {**asdict(b.phase1), "trains": "E, F", "loss": "phase2"}, "phase2": asdict(b.phase2),
-                  "train": {"phase1": train_record(b.train_config(b.phase1)), "phase2": train_record(b.train_config(b.phase2))}}
+                  "train": {"phase1": train_record(b.train_config(b.phase1)),
+                            "phase2": train_record(b.train_config(b.phase2))}}
         return student_run(req, run_id(run_tag(req), "linformer", keep_rate), config, _linformer_body(req, keep_rate))
     renorm = b.method.renormalize if renormalize is None else bool(renormalize)
     phase1 = _phase1_run(req)
@@ -327,7 +337,8 @@ def _run(req: RunRequest, keep_rate: float, linformer: bool = False, renormalize
               "phase1_run": phase1.id, "phase1_checkpoint_sha256": phase1.manifest.get("checkpoint_sha256"),
               "phase2": asdict(b.phase2), "train": train_record(b.train_config(b.phase2)),
               "deploy_check": b.deploy_check}
-    return student_run(req, run_id(run_tag(req), "keep", keep_rate, renorm), config, _keep_body(req, cfg, kwargs, phase1))
+    rid = run_id(run_tag(req), "keep", keep_rate, renorm)
+    return student_run(req, rid, config, _keep_body(req, cfg, kwargs, phase1))
 
 
 def run_sparsifiner(
@@ -387,15 +398,16 @@ def _report(run: Run) -> str:
     res = run.manifest["results"]
     teacher = f" (teacher {100 * res['teacher_val_acc']:.1f}%)" if res.get("teacher_val_acc") is not None else ""
     if run.config.get("model_name") == "linformer_vit":
-        return (f"Linformer baseline, k = {res['k']} of {res['tokens']} tokens: held-out top-1 {100 * res['val_acc']:.1f}%"
-                f"{teacher}; MHSA {res['mhsa_macs'] / 1e6:.3g}M MACs (dense {res['mhsa_macs_dense'] / 1e6:.3g}M)")
+        return (f"Linformer baseline, k = {res['k']} of {res['tokens']} tokens: held-out top-1 "
+                f"{100 * res['val_acc']:.1f}%{teacher}; MHSA {res['mhsa_macs'] / 1e6:.3g}M MACs "
+                f"(dense {res['mhsa_macs_dense'] / 1e6:.3g}M)")
     exact = "met exactly" if res["kept_min"] == res["kept_max"] == res["budget"] else "NOT met"
     deploy = (f"; deploy form (sparse path) {100 * res['deploy_val_acc']:.1f}%" if "deploy_val_acc" in res else "")
     return (f"keep rate {res['keep_rate']:g}: B = {res['budget']} of {res['tokens']} keys per patch query, {exact} on "
             f"{res['rows_checked']} held-out query rows (kept {res['kept_min']}..{res['kept_max']}); held-out top-1 "
             f"{100 * res['val_acc']:.1f}%{teacher}, after phase 1 only {100 * res['phase1_val_acc']:.1f}%, untrained "
-            f"predictor {100 * res['init_val_acc']:.1f}%{deploy}; MHSA {res['mhsa_macs'] / 1e6:.3g}M MACs in the paper's "
-            f"convention (dense {res['mhsa_macs_dense'] / 1e6:.3g}M; executed by our sparse path "
+            f"predictor {100 * res['init_val_acc']:.1f}%{deploy}; MHSA {res['mhsa_macs'] / 1e6:.3g}M MACs in the "
+            f"paper's convention (dense {res['mhsa_macs_dense'] / 1e6:.3g}M; executed by our sparse path "
             f"{res['mhsa_macs_executed'] / 1e6:.3g}M)")
 
 

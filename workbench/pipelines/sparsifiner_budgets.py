@@ -36,9 +36,10 @@ class SparsifinerBudget:
 
     def train_config(self, phase: Phase1Config | Phase2Config, device: str = "auto") -> TrainConfig:
         """The ``methods.train.fit`` config of one phase (AdamW, cosine; weight decay is the paper's L_spa, §3.3)."""
-        return TrainConfig(epochs=phase.epochs, batch_size=phase.batch_size, lr=phase.lr, weight_decay=phase.weight_decay,
-                           warmup_epochs=self.warmup_epochs, min_lr=phase.lr * self.min_lr_ratio, seed=self.seed,
-                           device=device, progress=self.progress, cpu_threads=self.cpu_threads)
+        return TrainConfig(epochs=phase.epochs, batch_size=phase.batch_size, lr=phase.lr,
+                           weight_decay=phase.weight_decay, warmup_epochs=self.warmup_epochs,
+                           min_lr=phase.lr * self.min_lr_ratio, seed=self.seed, device=device,
+                           progress=self.progress, cpu_threads=self.cpu_threads)
 
 
 _P1_DEMO, _P2_DEMO = DEMO_PHASES
@@ -54,8 +55,8 @@ BUDGETS: dict[str, SparsifinerBudget] = {
     ),
     # smoke: a few updates per phase on the smoke profile's 256 images, only to exercise the pipeline.
     "smoke": SparsifinerBudget(
-        method=SparsifinerConfig(n_down=8), phase1=replace(_P1_DEMO, batch_size=64), phase2=replace(_P2_DEMO, batch_size=64),
-        keep_rates=(0.25, 0.1), cpu_threads=1, progress=False,
+        method=SparsifinerConfig(n_down=8), phase1=replace(_P1_DEMO, batch_size=64),
+        phase2=replace(_P2_DEMO, batch_size=64), keep_rates=(0.25, 0.1), cpu_threads=1, progress=False,
     ),
     # paper: §4 with DeiT-S (n_down 32, τ 0.05, W_up threshold 1e-2, every layer); phase 1 5 epochs, phase 2 40
     # epochs; lr and batch from the authors' config (Phase1Config / Phase2Config); warm-up not stated (ours: 0).

@@ -135,9 +135,9 @@ def plot_query_maps(ds: xr.Dataset, *, sample: int, query: int, layers: Sequence
         for j, h in enumerate(heads):
             mask = _grid_of(row["mask"].sel(head=h).astype(np.float32))
             a = fig.add_subplot(gs[r, 1 + j])
-            if image is not None:
-                a.imshow(image, cmap="gray", vmin=0, vmax=1, extent=(-0.5, gw - 0.5, gh - 0.5, -0.5))
-            a.imshow(np.where(mask > 0, np.nan, 1.0), cmap=mcolors.ListedColormap(["black"]), alpha=0.72,
+            if image is not None:  # background lifted to grey, so that kept patches show even where the image is black
+                a.imshow(0.4 + 0.6 * image, cmap="gray", vmin=0, vmax=1, extent=(-0.5, gw - 0.5, gh - 0.5, -0.5))
+            a.imshow(np.where(mask > 0, np.nan, 1.0), cmap=mcolors.ListedColormap(["black"]), alpha=0.8,
                      vmin=0, vmax=1, extent=(-0.5, gw - 0.5, gh - 0.5, -0.5))
             if bool(row["mask"].sel(head=h).values[cls_key].any()):
                 a.text(0.03, 0.97, "CLS", transform=a.transAxes, ha="left", va="top", fontsize=5, color="#ffd60a",
@@ -148,7 +148,7 @@ def plot_query_maps(ds: xr.Dataset, *, sample: int, query: int, layers: Sequence
             _bare(a)
             if r == 0:
                 a.set_title(f"(b) mask h{h}", fontsize="small")
-            for k, (name, label) in enumerate((("attention", "(c) sparse"), (full_name, "(d) full"))):
+            for k, label in enumerate(("(c) sparse", "(d) full")):
                 a = fig.add_subplot(gs[r, 1 + (k + 1) * nh + j])
                 a.imshow(maps[k * nh + j], cmap=_cmap(), norm=norm)
                 _outline(a, image, (gh, gw))
@@ -158,7 +158,7 @@ def plot_query_maps(ds: xr.Dataset, *, sample: int, query: int, layers: Sequence
                     a.set_title(f"{label} h{h}", fontsize="small")
         cax = fig.add_subplot(gs[r, -1])
         cb = fig.colorbar(ScalarMappable(norm=norm, cmap=_cmap()), cax=cax)
-        cb.ax.tick_params(labelsize=5)
+        cb.ax.tick_params(labelsize=6)
         if r == len(layers) // 2:
             cb.set_label("probability", fontsize="small")
     full_label = "teacher's full attention" if full_name == "teacher_attention" else "full attention (same model)"
@@ -190,23 +190,34 @@ def plot_accuracy_vs_macs(runs: xr.Dataset, ax: Axes | None = None, *, paper: bo
     else:
         fig, a = ax.figure, ax
     x = sp["mhsa_macs"].values / 1e6
-    a.plot(x, 100 * sp["val_acc"].values, "o-", color="C0", label="Sparsifiner (after phase 2)", zorder=3)
+
+    def se(acc: np.ndarray, n) -> np.ndarray | None:
+        """One binomial standard error (percentage points) of a held-out accuracy on ``n`` images."""
+        return None if n is None else 100 * np.sqrt(acc * (1 - acc) / n)
+
+    n_sp = sp["val_images"].values if "val_images" in sp else None
+    a.errorbar(x, 100 * sp["val_acc"].values, yerr=se(sp["val_acc"].values, n_sp), fmt="o-", color="C0", capsize=2,
+               label="Sparsifiner (after phase 2; bars: ±1 s.e.)", zorder=3)
     if "phase1_val_acc" in sp:
         a.plot(x, 100 * sp["phase1_val_acc"].values, "s--", color="C0", alpha=0.55, mfc="white",
                label="predictor trained, backbone not (phase 1)")
     if "init_val_acc" in sp:
         a.plot(x, 100 * sp["init_val_acc"].values, "^:", color="0.45", mfc="white", label="untrained predictor")
     for xi, yi, k, b in zip(x, 100 * sp["val_acc"].values, sp["keep_rate"].values, sp["budget"].values):
-        a.annotate(f"keep {k:g}\nB={int(b)}", (xi, yi), textcoords="offset points", xytext=(0, 8), ha="center",
-                   fontsize="x-small")
+        a.annotate(f"keep {k:g}, B={int(b)}\n{yi:.1f}%", (xi, yi), textcoords="offset points", xytext=(0, 9),
+                   ha="center", fontsize="x-small")
     t = runs.isel(row=kinds == "teacher")
     for i in range(t.sizes["row"]):
-        a.plot(t["mhsa_macs"].values[i] / 1e6, 100 * t["val_acc"].values[i], "*", ms=13, color="C3",
-               label="dense teacher", zorder=4)
+        xt, yt = t["mhsa_macs"].values[i] / 1e6, 100 * t["val_acc"].values[i]
+        a.plot(xt, yt, "*", ms=13, color="C3", label="dense teacher", zorder=4)
+        a.annotate(f"{yt:.1f}%", (xt, yt), textcoords="offset points", xytext=(0, -14), ha="center", fontsize="x-small")
     lin = runs.isel(row=kinds == "linformer")
     for i in range(lin.sizes["row"]):
-        a.plot(lin["mhsa_macs"].values[i] / 1e6, 100 * lin["val_acc"].values[i], "D", ms=7, color="C2",
-               label=f"Linformer (k = B of keep {float(lin['keep_rate'].values[i]):g})", zorder=4)
+        xl, yl = lin["mhsa_macs"].values[i] / 1e6, 100 * lin["val_acc"].values[i]
+        a.plot(xl, yl, "D", ms=7, color="C2", zorder=4,
+               label=f"Linformer, k = {int(lin['budget'].values[i])} "
+                     f"(= B at keep {float(lin['keep_rate'].values[i]):g})")
+        a.annotate(f"{yl:.1f}%", (xl, yl), textcoords="offset points", xytext=(9, -3), fontsize="x-small")
     a.set_xlabel("MHSA MACs per image (millions; QKᵀ, AV, predictor)")
     a.set_ylabel("held-out top-1 accuracy (%)")
     vals = np.concatenate([100 * runs["val_acc"].values, 100 * sp.get("init_val_acc", sp["val_acc"]).values])
@@ -255,7 +266,8 @@ def plot_lowrank_vs_sparse(ds: xr.Dataset, *, sample: int, query: int, layers: S
     gw = int(ds["key_x"].max()) + 1
     yx = _query_yx(ds, query)
     spectrum = "spectrum" in ds
-    fig = plt.figure(figsize=(MAP_INCHES * 1.25 * 4 + (3.4 if spectrum else 0) + 1.6, MAP_INCHES * 1.25 * len(layers) + 0.9),
+    side = MAP_INCHES * 1.25
+    fig = plt.figure(figsize=(side * 4 + (3.4 if spectrum else 0) + 1.6, side * len(layers) + 0.9),
                      layout="constrained")
     outer = fig.add_gridspec(1, 2 if spectrum else 1, width_ratios=[4 * 1.25 + 1.4, 3.4] if spectrum else [1])
     gs = outer[0, 0].subgridspec(len(layers), 6, width_ratios=[1, 1, 1, 1, 0.1, 0.1])
@@ -276,9 +288,10 @@ def plot_lowrank_vs_sparse(ds: xr.Dataset, *, sample: int, query: int, layers: S
         _bare(a)
         a.set_ylabel(f"layer {layer}", fontsize="small")
         if r == 0:
-            a.set_title("(a) query", fontsize="small")
-        panels = ((full, norm, _cmap(), "(b) full (teacher)"), (low, lnorm, _cmap(DIVERGING_CMAP), "(c) low-rank (Linformer)"),
-                  (sparse, norm, _cmap(), "(d) sparse (Sparsifiner)"))
+            a.set_title("(a) query\n", fontsize="small")
+        panels = ((full, norm, _cmap(), "(b) full\n(teacher)"),
+                  (low, lnorm, _cmap(DIVERGING_CMAP), "(c) low-rank\n(Linformer)"),
+                  (sparse, norm, _cmap(), "(d) sparse\n(Sparsifiner)"))
         for c, (grid, nrm, cmap, label) in enumerate(panels, start=1):
             a = fig.add_subplot(gs[r, c])
             a.imshow(grid, cmap=cmap, norm=nrm)
@@ -288,15 +301,16 @@ def plot_lowrank_vs_sparse(ds: xr.Dataset, *, sample: int, query: int, layers: S
             if r == 0:
                 a.set_title(label, fontsize="small")
         cb = fig.colorbar(ScalarMappable(norm=norm, cmap=_cmap()), cax=fig.add_subplot(gs[r, 4]))
-        cb.ax.tick_params(labelsize=5)
+        cb.ax.tick_params(labelsize=6)
         cb2 = fig.colorbar(ScalarMappable(norm=lnorm, cmap=_cmap(DIVERGING_CMAP)), cax=fig.add_subplot(gs[r, 5]))
-        cb2.ax.tick_params(labelsize=5)
+        cb2.ax.tick_params(labelsize=6)
         if r == len(layers) - 1:
             cb.set_label("prob.", fontsize="x-small")
             cb2.set_label("A·F weight", fontsize="x-small")
     if spectrum:
         s = fig.add_subplot(outer[0, 1])
-        styles = {"full (teacher)": ("C3", "-"), "sparse (Sparsifiner)": ("C0", "-"), "low-rank (Linformer)": ("C2", "--")}
+        styles = {"full (teacher)": ("C3", "-"), "sparse (Sparsifiner)": ("C0", "-"),
+                  "low-rank (Linformer)": ("C2", "--")}
         for m in ds["map"].values:
             color, ls = styles.get(str(m), (None, "-"))
             vals = ds["spectrum"].sel(map=m).values
@@ -402,28 +416,43 @@ def plot_mass_agreement(ds: xr.Dataset, ax: Axes | None = None, *, title: str | 
 
     Args:
         ds: ``mass(keep_rate, layer)``, ``oracle_mass(keep_rate, layer)``, ``chance_mass(keep_rate, layer)`` (means
-            over samples, heads and patch queries) and optionally ``mass_sd``.
+            over samples, heads and patch queries), optionally ``mass_sd`` and ``budget(keep_rate)``.
         ax: draw into this Axes.
-        title: axes title.
+        title: figure (or axes) title.
     """
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(5.4, 3.5), layout="constrained")
+    from matplotlib.lines import Line2D
+
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
     fig = ax.figure
     layers = ds["layer"].values
+    colours = []
     for i, k in enumerate(sorted(ds["keep_rate"].values, reverse=True)):
         d = ds.sel(keep_rate=k)
         color = f"C{i}"
         b = int(d["budget"]) if "budget" in d else None
-        lab = f"keep {k:g}" + (f" (B={b})" if b is not None else "")
-        ax.plot(layers, d["mass"].values, "o-", color=color, label=f"{lab}: kept keys")
+        label = f"keep {k:g}" + (f" (B = {b})" if b is not None else "")
+        colours.append(Line2D([], [], color=color, marker="o", label=label))
+        ax.plot(layers, d["mass"].values, "o-", color=color)
         if "mass_sd" in d:
             ax.fill_between(layers, d["mass"] - d["mass_sd"], d["mass"] + d["mass_sd"], color=color, alpha=0.12, lw=0)
-        ax.plot(layers, d["oracle_mass"].values, "--", color=color, alpha=0.8, label=f"{lab}: best B keys")
-        ax.plot(layers, d["chance_mass"].values, ":", color=color, alpha=0.8, label=f"{lab}: B random keys")
+        ax.plot(layers, d["oracle_mass"].values, "--", color=color, alpha=0.8)
+        ax.plot(layers, d["chance_mass"].values, ":", color=color, alpha=0.8)
+    styles = [Line2D([], [], color="0.3", ls="-", label="keys the mask keeps"),
+              Line2D([], [], color="0.3", ls="--", label="best B keys (teacher's top-B)"),
+              Line2D([], [], color="0.3", ls=":", label="B random keys")]
+    first = ax.legend(handles=colours, fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+                      title="keep rate", title_fontsize="x-small")
+    ax.add_artist(first)
+    ax.legend(handles=styles, fontsize="x-small", loc="lower left", bbox_to_anchor=(1.01, 0.0), frameon=False)
     ax.set_xticks(layers)
     ax.set_xlabel("layer (block)")
-    ax.set_ylabel("teacher's attention on the kept keys (share of the row)")
+    ax.set_ylabel("teacher's attention on kept keys\n(share of the row)")
     ax.set_ylim(0, 1.02)
-    ax.legend(fontsize=6, ncol=1, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    ax.set_title(title or "How much of the dense teacher's attention the connectivity mask keeps", fontsize="medium")
+    text = title or "How much of the dense teacher's attention the connectivity mask keeps"
+    if own:
+        fig.suptitle(text)
+    else:
+        ax.set_title(text, fontsize="medium")
     return fig
