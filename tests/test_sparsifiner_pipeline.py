@@ -190,7 +190,9 @@ def test_cli_analyze_and_extractors_against_recomputation(runs, batch, tmp_path)
     np.testing.assert_array_equal(sb["w_up"].sel(layer=5).values, used[:, 1:].reshape(8, 7, 7))
     np.testing.assert_array_equal(sb["w_up_prefix"].sel(layer=5).values[:, 0], used[:, 0])
     a = sb["a_down"].values
-    np.testing.assert_array_equal(sb["coefficients"].values, np.where(a > 0.05, a, 0))
+    tau = student.blocks[5].attn.predictor.tau
+    assert sb.attrs["tau"] == tau == 0.125  # the smoke and demo budgets' τ = 1 / n_down
+    np.testing.assert_array_equal(sb["coefficients"].values, np.where(a > tau, a, 0))
     np.testing.assert_allclose(a.sum(-1), 1.0, atol=1e-5)
     assert sb["basis_sparsity"].sel(layer=5) == pytest.approx(float((used == 0).mean()))
 

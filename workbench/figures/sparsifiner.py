@@ -501,10 +501,11 @@ figure("sparsifiner.fig6", paper=PAPER, data="sparsifiner.basis", plot=plot_fig6
                "after the threshold |w| ≤ 1e-2 → 0 (white), signed (diverging colours); the CLS key's weights apart "
                "(right strip). Row labels: the share of zeros.")
 figure("sparsifiner.fig7", paper=PAPER, data="sparsifiner.basis", plot=plot_fig7,
-       caption="Fig. 7: the basis coefficients Ã_down (Eq. 2: the low-rank attention with entries ≤ τ = 0.05 set to "
-               "0) of one head over all layers for one held-out digit: patch queries (rows) × basis vectors "
-               "(columns) per layer; dark = 0 (pruned before the up-projection). The head is the one at the "
-               "relative position of the paper's 5th of 6 heads.")
+       caption="Fig. 7: the basis coefficients Ã_down (Eq. 2: the low-rank attention A_down with entries ≤ τ set "
+               "to 0; the demo's τ = 1/n_down = 0.125, the paper's 0.05 with n_down = 32) of one head over all layers "
+               "for one held-out digit: patch queries (rows) × basis vectors (columns) per layer; dark = 0 (pruned "
+               "before the up-projection); the share of zeros above each layer. The head is the one at the relative "
+               "position of the paper's 5th of 6 heads.")
 figure("sparsifiner.agreement", paper=PAPER, data="sparsifiner.agreement", plot=plot_agreement,
        caption="How much of the dense teacher's attention the connectivity masks keep: per layer, the share of each "
                "teacher attention row (patch queries, mean over heads and the analysis images; band: ± 1 sd over "

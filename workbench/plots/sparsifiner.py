@@ -57,16 +57,25 @@ def _grid_of(row: xr.DataArray, dim: str = "key") -> np.ndarray:
     return grid
 
 
-def _outline(a: Axes, image: np.ndarray | None, grid: tuple[int, int]) -> None:
-    """The digit's outline (image level 0.5), in grid cell coordinates."""
-    if image is None:
-        return
+def _outline_lines(image: np.ndarray | None, grid: tuple[int, int]) -> list[np.ndarray]:
+    """The digit's outline (image level 0.5) as polylines in grid cell coordinates (computed once per figure)."""
+    if image is None or not image.max() > 0.5 > image.min():
+        return []
+    import contourpy  # matplotlib's contouring engine
+
     h, w = image.shape[:2]
     gh, gw = grid
     yy = (np.arange(h) + 0.5) * gh / h - 0.5
     xx = (np.arange(w) + 0.5) * gw / w - 0.5
-    if image.max() > 0.5 > image.min():
-        a.contour(xx, yy, image, levels=[0.5], colors="white", linewidths=0.6, alpha=0.9)
+    return list(contourpy.contour_generator(xx, yy, image.astype(np.float64)).lines(0.5))
+
+
+def _outline(a: Axes, lines: list[np.ndarray]) -> None:
+    xlim, ylim = a.get_xlim(), a.get_ylim()
+    for line in lines:  # (points, 2): x, y
+        a.plot(line[:, 0], line[:, 1], color="white", lw=0.6, alpha=0.9)
+    a.set_xlim(xlim)
+    a.set_ylim(ylim)
 
 
 def _frame(a: Axes, yx: tuple[int, int], lw: float = 1.4) -> None:
@@ -112,6 +121,7 @@ def plot_query_maps(ds: xr.Dataset, *, sample: int, query: int, layers: Sequence
     gh = int(ds["key_y"].max()) + 1
     gw = int(ds["key_x"].max()) + 1
     yx = _query_yx(ds, query)
+    outline = _outline_lines(image, (gh, gw))
     nh = len(heads)
     ncols = 1 + 3 * nh
     fig = plt.figure(figsize=(MAP_INCHES * (ncols + 0.6) + 0.9, MAP_INCHES * len(layers) + 0.9), layout="constrained")
@@ -151,7 +161,7 @@ def plot_query_maps(ds: xr.Dataset, *, sample: int, query: int, layers: Sequence
             for k, label in enumerate(("(c) sparse", "(d) full")):
                 a = fig.add_subplot(gs[r, 1 + (k + 1) * nh + j])
                 a.imshow(maps[k * nh + j], cmap=_cmap(), norm=norm)
-                _outline(a, image, (gh, gw))
+                _outline(a, outline)
                 _frame(a, yx)
                 _bare(a)
                 if r == 0:
@@ -265,6 +275,7 @@ def plot_lowrank_vs_sparse(ds: xr.Dataset, *, sample: int, query: int, layers: S
     gh = int(ds["key_y"].max()) + 1
     gw = int(ds["key_x"].max()) + 1
     yx = _query_yx(ds, query)
+    outline = _outline_lines(image, (gh, gw))
     spectrum = "spectrum" in ds
     side = MAP_INCHES * 1.25
     fig = plt.figure(figsize=(side * 4 + (3.4 if spectrum else 0) + 1.6, side * len(layers) + 0.9),
@@ -295,7 +306,7 @@ def plot_lowrank_vs_sparse(ds: xr.Dataset, *, sample: int, query: int, layers: S
         for c, (grid, nrm, cmap, label) in enumerate(panels, start=1):
             a = fig.add_subplot(gs[r, c])
             a.imshow(grid, cmap=cmap, norm=nrm)
-            _outline(a, image, (gh, gw))
+            _outline(a, outline)
             _frame(a, yx)
             _bare(a)
             if r == 0:
