@@ -496,10 +496,12 @@ figure("sparsifiner.fig5", paper=PAPER, data="sparsifiner.maps", plot=plot_fig5,
                "zero after k (the discarded long tail of the spectrum, §4), the sparse map keeps a full-rank "
                "spectrum like the teacher's.")
 figure("sparsifiner.fig6", paper=PAPER, data="sparsifiner.basis", plot=plot_fig6,
-       caption="Fig. 6: the sparse basis W̃_up (n_down = 8 basis vectors per layer, rows: layers) of the keep-0.25 "
-               "demo student as images on the 7×7 patch grid: the weight each basis vector gives each key patch "
-               "after the threshold |w| ≤ 1e-2 → 0 (white), signed (diverging colours); the CLS key's weights apart "
-               "(right strip). Row labels: the share of zeros.")
+       caption="Fig. 6: the sparse basis W̃_up (n_down = 8 basis vectors per layer, rows: layers) of the keep-0.25 demo "
+               "student as images on the 7×7 patch grid: the weight each basis vector gives each key patch after the "
+               "threshold |w| ≤ 1e-2 → 0 (darkest; diverging colours instead when weights are signed); the CLS key's "
+               "weights apart (right strip). Row labels: the share of zeros and how many basis vectors keep any "
+               "patch weight. With the L2 term of Eq. 11 the surviving weights form a few local blobs (the paper's "
+               "'local regions resembling 2D Gaussians') and whole basis vectors die.")
 figure("sparsifiner.fig7", paper=PAPER, data="sparsifiner.basis", plot=plot_fig7,
        caption="Fig. 7: the basis coefficients Ã_down (Eq. 2: the low-rank attention A_down with entries ≤ τ set "
                "to 0; the demo's τ = 1/n_down = 0.125, the paper's 0.05 with n_down = 32) of one head over all layers "

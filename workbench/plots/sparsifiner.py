@@ -194,7 +194,7 @@ def plot_accuracy_vs_macs(runs: xr.Dataset, ax: Axes | None = None, *, paper: bo
     sp = runs.isel(row=kinds == "sparsifiner").sortby("keep_rate")
     show_paper = paper and ax is None and "paper_mflops" in runs
     if ax is None:
-        fig, axes = plt.subplots(1, 2 if show_paper else 1, figsize=(9.2 if show_paper else 5.0, 3.6),
+        fig, axes = plt.subplots(1, 2 if show_paper else 1, figsize=(9.6 if show_paper else 5.0, 4.4),
                                  layout="constrained", squeeze=False)
         a = axes[0, 0]
     else:
@@ -214,7 +214,7 @@ def plot_accuracy_vs_macs(runs: xr.Dataset, ax: Axes | None = None, *, paper: bo
     if "init_val_acc" in sp:
         a.plot(x, 100 * sp["init_val_acc"].values, "^:", color="0.45", mfc="white", label="untrained predictor")
     for xi, yi, k, b in zip(x, 100 * sp["val_acc"].values, sp["keep_rate"].values, sp["budget"].values):
-        a.annotate(f"keep {k:g}, B={int(b)}\n{yi:.1f}%", (xi, yi), textcoords="offset points", xytext=(0, 9),
+        a.annotate(f"keep {k:g}\nB = {int(b)}\n{yi:.1f}%", (xi, yi), textcoords="offset points", xytext=(0, 9),
                    ha="center", fontsize="x-small")
     t = runs.isel(row=kinds == "teacher")
     for i in range(t.sizes["row"]):
@@ -231,9 +231,9 @@ def plot_accuracy_vs_macs(runs: xr.Dataset, ax: Axes | None = None, *, paper: bo
     a.set_xlabel("MHSA MACs per image (millions; QKᵀ, AV, predictor)")
     a.set_ylabel("held-out top-1 accuracy (%)")
     vals = np.concatenate([100 * runs["val_acc"].values, 100 * sp.get("init_val_acc", sp["val_acc"]).values])
-    a.set_ylim(max(0.0, np.nanmin(vals) - 6), min(100.5, np.nanmax(vals) + 4))
+    a.set_ylim(max(0.0, np.nanmin(vals) - 4), min(100.5, np.nanmax(vals) + 7))
     a.margins(x=0.12)
-    a.legend(fontsize="x-small", loc="lower right", frameon=True, framealpha=0.9)
+    a.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2, frameon=False)
     a.set_title("demo ViT on MNIST-5k (held-out)", fontsize="medium")
     if show_paper:
         b = axes[0, 1]
@@ -249,7 +249,7 @@ def plot_accuracy_vs_macs(runs: xr.Dataset, ax: Axes | None = None, *, paper: bo
         b.set_xlabel("MHSA MFLOPs (the paper's unit: millions of MACs)")
         b.set_ylabel("ImageNet top-1 (%)")
         b.set_title("paper: DeiT-S on ImageNet (Table 2)", fontsize="medium")
-        b.legend(fontsize="x-small", loc="lower right")
+        b.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2, frameon=False)
     if ax is None:
         fig.suptitle(title or "Accuracy against MHSA cost over attention keep rates")
     return fig
@@ -352,9 +352,12 @@ def plot_basis(ds: xr.Dataset, *, layers: Sequence[int] | None = None, title: st
     layers = [int(v) for v in (ds["layer"].values if layers is None else layers)]
     basis = [int(b) for b in ds["basis"].values]
     w = ds["w_up"].sel(layer=layers)
-    lim = float(max(np.abs(w).max(), np.abs(ds["w_up_prefix"].sel(layer=layers)).max())) or 1.0
-    norm = mcolors.TwoSlopeNorm(0, -lim, lim)
-    cmap = _cmap(DIVERGING_CMAP)
+    prefix = ds["w_up_prefix"].sel(layer=layers)
+    lim = float(max(np.abs(w).max(), np.abs(prefix).max())) or 1.0
+    signed = float(min(w.min(), prefix.min())) < 0
+    # signed weights: diverging colours around 0 (white); all non-negative: the attention colours, 0 darkest (paper)
+    norm = mcolors.TwoSlopeNorm(0, -lim, lim) if signed else mcolors.Normalize(0, lim)
+    cmap = _cmap(DIVERGING_CMAP if signed else ATTENTION_CMAP)
     nb = len(basis)
     fig = plt.figure(figsize=(MAP_INCHES * (nb + 1.6) + 1.0, MAP_INCHES * len(layers) + 1.0), layout="constrained")
     gs = fig.add_gridspec(len(layers), nb + 2, width_ratios=[1] * nb + [0.55, 0.12])
@@ -367,8 +370,9 @@ def plot_basis(ds: xr.Dataset, *, layers: Sequence[int] | None = None, title: st
             if r == 0:
                 a.set_title(f"basis {b}", fontsize="small")
             if c == 0:
-                a.set_ylabel(f"layer {layer}\n{100 * float(ds['basis_sparsity'].sel(layer=layer)):.0f}% zero",
-                             fontsize="x-small")
+                used = int((np.abs(ds["w_up"].sel(layer=layer)).sum(("y", "x")) > 0).sum())
+                a.set_ylabel(f"layer {layer}\n{100 * float(ds['basis_sparsity'].sel(layer=layer)):.0f}% zero\n"
+                             f"{used}/{nb} used", fontsize="x-small")
         a = fig.add_subplot(gs[r, nb])
         cls = ds["w_up_prefix"].sel(layer=layer).transpose("basis", "key").values  # (r, P)
         a.imshow(cls, cmap=cmap, norm=norm, aspect="auto")
