@@ -325,7 +325,10 @@ def plot_lowrank_vs_sparse(ds: xr.Dataset, *, sample: int, query: int, layers: S
         for m in ds["map"].values:
             color, ls = styles.get(str(m), (None, "-"))
             vals = ds["spectrum"].sel(map=m).values
-            s.semilogy(np.arange(1, len(vals) + 1), np.maximum(vals, 1e-8), ls, color=color, label=str(m))
+            label = str(m)
+            if "numerical_rank" in ds:
+                label += f", rank ≈ {float(ds['numerical_rank'].sel(map=m)):.0f}"
+            s.semilogy(np.arange(1, len(vals) + 1), np.maximum(vals, 1e-8), ls, color=color, label=label)
         if "linformer_k" in ds.attrs:
             s.axvline(int(ds.attrs["linformer_k"]), color="C2", lw=0.8, ls=":")
             s.annotate(f"k = {int(ds.attrs['linformer_k'])}", (int(ds.attrs["linformer_k"]), 1e-7), fontsize="x-small",
