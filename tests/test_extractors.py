@@ -45,6 +45,13 @@ def _far():
     return shrink(far, keep).eval()
 
 
+def _sparsifiner():
+    """A Sparsifiner student of the 3-block demo ViT (keep rate 0.25, n_down 8)."""
+    from methods.sparsifiner import SparsifinerConfig, replace_attention
+
+    return replace_attention(timm.create_model("vit_demo", depth=3), SparsifinerConfig(keep_rate=0.25, n_down=8)).eval()
+
+
 # name -> (model factory, input shape (B, C, H, W), layers subset to test)
 CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...], list[int]]] = {
     "attention": (_vit, (2, 1, 28, 28), [0, 2]),
@@ -52,6 +59,8 @@ CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...], list[int]
     "retention": (_far, (2, 1, 28, 28), [0, 2]),
     "dependency": (_far, (2, 1, 28, 28), [0, 2]),
     "window_saliency": (_swin, (2, 1, 32, 32), [0, 1]),
+    "sparse_attention": (_sparsifiner, (2, 1, 28, 28), [0, 2]),
+    "sparse_basis": (_sparsifiner, (2, 1, 28, 28), [0, 2]),
 }
 
 
