@@ -71,7 +71,7 @@ from .losses import (
     teacher_layers,
 )
 from .measure import PeakMemory, latencies, peak_memory
-from .paper import PAPER_CPU_RATIOS, PAPER_MEMORY_GB, PAPER_TABLE1, PAPER_TABLE5, Table1Row
+from .paper import PAPER_CPU_RATIOS, PAPER_MEMORY_GB, PAPER_TABLE1, PAPER_TABLE5, PAPER_TABLE6, Table1Row
 from .schedules import (
     SCHEDULES,
     ProgressiveJoin,
@@ -93,8 +93,9 @@ from .similarity import (
 
 __all__ = [
     "ATTN_OUT", "COLLAPSE_VARIANTS", "CONVENTIONS", "DEMO_ABLATION", "DEMO_JOIN", "FEATURE_MODULES", "FFN_OUT", "FORMS",
-    "NONDEEP_VARIANTS", "PAPER_CPU_RATIOS", "PAPER_MEMORY_GB", "PAPER_TABLE1", "PAPER_TABLE5", "PATTERN", "SCHEDULES",
-    "WEIGHT_MODULES",
+    "NONDEEP_VARIANTS", "PAPER_CPU_RATIOS", "PAPER_MEMORY_GB", "PAPER_TABLE1", "PAPER_TABLE5", "PAPER_TABLE6",
+    "PATTERN",
+    "SCHEDULES", "WEIGHT_MODULES",
     "Branch", "BranchAttention", "BranchMlp", "CollapseVariant", "Cost", "Form", "JoinConfig", "MergeFormulas",
     "NonDeepLoss", "NonDeepVariant", "ParallelBlock", "PeakMemory", "ProgressiveJoin", "Schedule", "SizeRow",
     "Table1Row",
