@@ -48,7 +48,7 @@ def _real_size(b, log) -> list[dict]:
     import timm
     import torch
 
-    from methods.nondeep import PAPER_TABLE1, cost, latencies, paper_r_form_cost
+    from methods.nondeep import PAPER_TABLE1, PAPER_TABLE6, cost, latencies, paper_r_form_cost
     from methods.train import cpu_threads
 
     rows, models = [], {}
@@ -66,9 +66,14 @@ def _real_size(b, log) -> list[dict]:
             log(f"  nondeep.table1: counting {name}")
             c = cost(model.eval())
             row = PAPER_TABLE1.get(paper) if paper else None
+            if kind == "branched":  # Table 6 Block-1: the branched D-MAE-l-n without re-parameterisation
+                d = int(name.split(" ")[1].split("×")[0])
+                paper = f"D-MAE-{d}-{12 // d}"
+                p6 = PAPER_TABLE6[paper]
             rows.append({"setting": "224², random weights", "model": name, "kind": kind, "params": c.params, "macs": c.macs,
                          "macs_paper": c.macs_paper, "paper_row": paper,
-                         "paper_params_m": row.params_m if row else None, "paper_flops_m": row.flops_m if row else None,
+                         "paper_params_m": row.params_m if row else (p6[0] if kind == "branched" else None),
+                         "paper_flops_m": row.flops_m if row else (p6[1] if kind == "branched" else None),
                          "paper_cpu_ms": row.cpu_ms if row else None,
                          "head_dim": model.blocks[0].attn.head_dim if kind != "branched" else None})
             if kind != "branched":
@@ -204,6 +209,8 @@ def table5_data(ctx: Context) -> xr.Dataset:
         recs.append({"schedule": schedule, "div": div, "run": run.id, "branched_run": src, "val_acc": r["val_acc"],
                      "branched_val_acc": r["branched_val_acc"], "form": r["form"], "blocks": r["blocks"],
                      "train_cpu_s": r["train_cpu_s"], "paper": PAPER_TABLE5.get((schedule, div), (np.nan,) * 3)})
+        if schedule in ("none", "instant") and div:  # the paper has these rows without the regulariser only
+            recs[-1]["paper"] = (np.nan,) * 3
     a = b.ablation or b.join
     return xr.Dataset(
         {"val_acc": ("row", [r["val_acc"] for r in recs]), "branched_val_acc": ("row", [r["branched_val_acc"] for r in recs]),
@@ -231,51 +238,69 @@ NAMES = {"none": "no joining (λ = 0)", "instant": "instant joining (λ = 1)", "
          "exponential": "exponential", "sqrt": "sqrt"}
 
 
+def _row(ds: xr.Dataset, schedule: str, div: bool | None = None) -> int | None:
+    for i in range(ds.sizes["row"]):
+        if ds.schedule.values[i] == schedule and (div is None or bool(ds["div"].values[i]) == div):
+            return i
+    return None
+
+
+def _paired(ds: xr.Dataset, i: int, j: int) -> tuple[float, float]:
+    """Accuracy difference (points) of row i minus row j on the same images, and its paired standard error."""
+    d = ds["correct"].values[i].astype(float) - ds["correct"].values[j].astype(float)
+    return 100 * d.mean(), 100 * d.std(ddof=1) / math.sqrt(d.size)
+
+
 def table5(ds: xr.Dataset) -> Table:
     b = json.loads(ds.attrs["budget"])
     n = ds.sizes["sample"]
-    ref = next(i for i in range(ds.sizes["row"]) if ds.schedule.values[i] == "linear" and bool(ds["div"].values[i]))
-    c_ref = ds["correct"].values[ref].astype(float)
-    rows, deltas = [], {}
+    ref = _row(ds, "linear", True)
+    rows = []
     for i in range(ds.sizes["row"]):
         s, div = str(ds.schedule.values[i]), bool(ds["div"].values[i])
-        c = ds["correct"].values[i].astype(float)
+        c = ds["correct"].values[i]
         lo, hi = _wilson(int(c.sum()), n)
-        d = c - c_ref
-        delta, se = 100 * d.mean(), 100 * d.std(ddof=1) / math.sqrt(n) if i != ref else 0.0
-        deltas[(s, div)] = (delta, se)
-        paper = ds["paper"].values[i]
+        delta = None if i == ref else "{:+.1f} ± {:.1f}".format(*_paired(ds, i, ref))
         rows.append({"λ schedule": NAMES.get(s, s), "div. reg.": "✓" if div else "✗",
                      "deployed model": f"{int(ds.blocks.values[i])} blocks ({ds.form.values[i]})",
-                     "demo top-1 (%)": round(100 * c.mean(), 1), "95% CI": f"{100 * lo:.1f}–{100 * hi:.1f}",
-                     "Δ vs linear ✓ (points)": None if i == ref else f"{delta:+.1f} ± {se:.1f}",
+                     "demo top-1 (%)": round(100 * float(c.mean()), 1), "95% CI": f"{100 * lo:.1f}–{100 * hi:.1f}",
+                     "Δ vs linear ✓ (points)": delta,
                      **{f"paper {m} (CIFAR-10)": None if np.isnan(v) else v
-                        for m, v in zip(ds.paper_model.values, paper)}})
-    inst, ps = deltas.get(("instant", True)), ds["paper"]
-    prog = {k: v for k, v in deltas.items() if k[0] in ("linear", "cosine", "exponential", "sqrt")}
-    spread = max(v[0] for v in prog.values()) - min(v[0] for v in prog.values())
-    paper_gap = [float(ps.sel(paper_model=m).values[ref] - ps.sel(paper_model=m).values[
-        next(i for i in range(ds.sizes["row"]) if ds.schedule.values[i] == "instant")]) for m in ds.paper_model.values]
-    verdict = (f"instant joining here {inst[0]:+.1f} ± {inst[1]:.1f} points against linear with the regulariser "
-               f"(paired SE), where the paper loses {paper_gap[0]:.1f} / {paper_gap[1]:.1f} / {paper_gap[2]:.1f} points "
-               "(6-R / 4-R / 3-R)") if inst else ""
+                        for m, v in zip(ds.paper_model.values, ds["paper"].values[i])}})
     notes = [
         f"demo: the 2×3 student ({b['branches']} branches; the 6-block teacher → 2 blocks), one epoch per row: λ warm-up "
         f"{b['warmup_steps']} steps then {b['adjust_steps']} at λ = 1, batch {b['batch']}, AdamW lr {b['lr']:g}, CE + "
         f"logit distillation (weight {b['kd']:g}), α = {b['alpha']:g} where ✓; the same data order and initialisation "
-        "(the teacher's blocks) for every row. Top-1 of the deployed model (the exact collapse; the wide λ = 0 model for "
-        f"'no joining', which keeps the teacher's cost) on the {n} held-out images; paper: D-MAE on CIFAR-10.",
+        "(the teacher's blocks) for every row. Top-1 of the deployed model (the exact collapse; for no joining the exact "
+        f"wide model, which keeps the teacher's cost) on the {n} held-out images. Paper: D-MAE on CIFAR-10.",
         "Uncertainty: 95% Wilson interval of each accuracy over the held-out images; Δ is the difference to the linear ✓ "
-        "row on the same images, ± its paired standard error (sd of the per-image difference / √n). Neither includes "
+        "row on the same images ± its paired standard error (sd of the per-image difference / √n). Neither includes "
         "the run-to-run variation of training (seeds), which this budget does not sample "
         "(docs/nondeep-demo-budgets.md measures it for one row).",
-        f"The paper's gap does NOT appear on the demo: {verdict}; the four progressive schedules lie within "
-        f"{spread:.1f} points of each other, and the diversity regulariser changes linear by "
-        f"{deltas[('linear', False)][0]:+.1f} ± {deltas[('linear', False)][1]:.1f} points when removed (paper: "
-        "+0.3 / +0.9 / +0.6 with it). Only no joining — which cannot be collapsed to fewer blocks — stands out, as in "
-        "the paper's first row. Our students start from the teacher's trained blocks and distil its logits, so "
-        "joining all at once costs little; the paper joins pre-trained branched models on CIFAR-10 for 60k steps.",
     ]
+    inst, lin0, lin1 = _row(ds, "instant"), _row(ds, "linear", False), ref
+    if inst is not None and lin0 is not None and ref is not None:
+        d, se = _paired(ds, inst, lin0)
+        ps = ds["paper"].values
+        gap = " / ".join(f"{ps[lin0, k] - ps[inst, k]:.1f}" for k in range(ps.shape[1]))
+        prog = [i for i in range(ds.sizes["row"]) if ds.schedule.values[i] in ("linear", "cosine", "exponential", "sqrt")
+                and bool(ds["div"].values[i])]
+        accs = [100 * float(ds["correct"].values[i].mean()) for i in prog]
+        dd, dse = _paired(ds, lin1, lin0)
+        verdict = "does NOT appear" if abs(d) < 2 * se or d > 0 else "appears"
+        notes.append(
+            f"The paper's gap {verdict} on the demo: instant joining is {d:+.1f} ± {se:.1f} points against linear (both "
+            f"without the regulariser, paired SE), where the paper's instant row loses {gap} points (6-R / 4-R / 3-R); "
+            f"the four progressive schedules lie within {max(accs) - min(accs):.1f} points of each other; the regulariser "
+            f"changes linear by {dd:+.1f} ± {dse:.1f} points (paper: +0.3 / +0.9 / +0.6). Our students start from the "
+            "teacher's trained blocks and distil its logits, so joining all at once costs little here; the paper joins "
+            "pre-trained branched models and fine-tunes on CIFAR-10 for 60k steps.")
+    nj = _row(ds, "none")
+    if nj is not None and ref is not None:
+        d, se = _paired(ds, nj, ref)
+        notes.append(f"No joining (λ = 0) is {d:+.1f} ± {se:.1f} points against linear ✓, as the paper's first row is its "
+                     "best: the branches never share their non-linearities, so it cannot be collapsed into fewer blocks "
+                     "(its exact deploy form is a teacher-sized wide model).")
     return Table(_dash(pd.DataFrame(rows)), f"Non-deep ViT Table 5 on the demo (profile {ds.attrs.get('profile')})", notes)
 
 
@@ -374,6 +399,8 @@ def exactness_data(ctx: Context) -> xr.Dataset:
                          "error_float64": float(e["logit_error"].max()), "error_float32": float(e["logit_error_float32"].max()),
                          "block_error_float64": float(e["block_error"].max()),
                          "top1": float(e["correct"].mean()) if top1 and "correct" in e else None,
+                         "branched_top1": float(ds["branched_correct"].mean()) if top1 and "branched_correct" in ds
+                         else None,
                          "same_prediction": float(e["same_prediction"].mean()), "images": int(ds.sizes["sample"])})
 
     for n, run in students(ctx).items():
@@ -391,15 +418,15 @@ def exactness_data(ctx: Context) -> xr.Dataset:
         for p in four.blocks.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=gen))
     set_lambda(four, 1.0)
-    batch = load_images(b.analysis_images, input_size=(1, 28, 28))
-    add("3×4 random (12-block ViT)", get_extractor("collapse_error")(four, batch.tensor), False)
+    x = load_images(b.analysis_images, input_size=(1, 28, 28)).tensor[:64]
+    add("3×4 random (12-block ViT)", get_extractor("collapse_error")(four, x), False)
     # LayerNorm factorisation (Eq. 1 forward, Eq. 2 backward): a property of the teacher
     teacher = load_model(ctx.teacher("vit").id).model
-    ln = [r for r in collapse_exactness(load_branched(next(iter(students(ctx).values()))), batch.tensor, teacher)
+    ln = [r for r in collapse_exactness(load_branched(next(iter(students(ctx).values()))), x, teacher)
           if r["variant"].startswith("ln_")]
     for r in ln:
         rows.append({"pitfall": r["variant"], "equations": r["equations"], "model": "demo teacher",
-                     "error_float64": r["max_rel_error"], "images": int(batch.tensor.shape[0])})
+                     "error_float64": r["max_rel_error"], "images": int(x.shape[0])})
     descriptions = {k: v.description for k, v in COLLAPSE_VARIANTS.items()}
     descriptions.update({r["variant"]: r["description"] for r in ln})
     return rows_to_dataset(rows).assign_attrs(descriptions=json.dumps(descriptions), eval_images=b.eval_images,
@@ -407,13 +434,13 @@ def exactness_data(ctx: Context) -> xr.Dataset:
 
 
 PITFALLS = {
-    "exact": "exact collapse (ours): concatenated q/k per head (or X·ΣW^Q W^Kᵀ·Xᵀ + per-key bias), per-head Σ_b W^V_b W^O_b, rectified scale √n·√d",
-    "paper_vo": "Eq. 7: W^V = Σ_b W^V_b, W^O = Σ_b W^O_b (cross terms W^V_b W^O_b′)",
-    "paper_scale": "Eq. 6: scores divided by n·√d instead of the rectified √n·√d the model trained with",
-    "paper_qk_bias": "Eq. 5–6: scores X(Σ_b W_b)Xᵀ only — the per-key term of the q/k biases dropped",
-    "paper": "Eq. 5–7 as printed, all at once (Alg. 1 l. 22, W_final = Σ_b W_b)",
-    "ln_forward": "Eq. 1: LayerNorm γ, β absorbed forward into qkv and fc1",
-    "ln_backward": "Eq. 2: LayerNorm γ, β absorbed backward into the previous fc2 / patch embedding",
+    "exact": ("exact (ours)", "per-head concatenated q/k (or X·ΣW^Q W^Kᵀ·Xᵀ + per-key bias), Σ_b W^V_b W^O_b, scale √n·√d"),
+    "paper_vo": ("Eq. 7", "W^V = Σ_b W^V_b, W^O = Σ_b W^O_b: cross terms W^V_b W^O_b′"),
+    "paper_scale": ("Eq. 6", "scores / (n·√d) instead of the rectified √n·√d the model trained with"),
+    "paper_qk_bias": ("Eq. 5–6", "scores X(Σ_b W_b)Xᵀ: the per-key term of the q/k biases dropped"),
+    "paper": ("Eq. 5–7", "all of the paper's formulas at once (Alg. 1 l. 22: W_final = Σ_b W_b)"),
+    "ln_forward": ("Eq. 1", "LayerNorm γ, β absorbed forward into qkv and fc1 (what branching uses)"),
+    "ln_backward": ("Eq. 2", "LayerNorm γ, β absorbed backward into the previous fc2 / patch embedding"),
 }
 
 
@@ -423,38 +450,39 @@ def exactness(ds: xr.Dataset) -> Table:
     rows = dataset_rows(ds)
     models = list(dict.fromkeys(r["model"] for r in rows if r["model"] != "demo teacher"))
     out = []
-    for p in PITFALLS:
+    for p, (eq, text) in PITFALLS.items():
         mine = {r["model"]: r for r in rows if r["pitfall"] == p}
         if not mine:
             continue
-        rec = {"formula": PITFALLS[p]}
-        for m in models + (["demo teacher"] if "demo teacher" in mine else []):
-            r = mine.get(m)
-            short = m.split(" ")[0]
-            if m == "demo teacher":
-                rec["teacher, float64"] = f"{r['error_float64']:.1e}"
-                continue
-            rec[f"{short} float64"] = None if r is None else f"{r['error_float64']:.1e}"
-            rec[f"{short} float32"] = None if r is None else f"{r['error_float32']:.1e}"
-            if r is not None and r.get("top1") is not None:
-                rec[f"{short} top-1 (%)"] = round(100 * r["top1"], 1)
-                rec[f"{short} same top-1 as branched (%)"] = round(100 * r["same_prediction"], 1)
+        rec = {"formula": eq, "what": text}
+        for m in models:
+            r, short = mine.get(m), m.split(" ")[0]
+            rec[f"{short} f64"] = None if r is None else f"{r['error_float64']:.1e}"
+            rec[f"{short} f32"] = None if r is None else f"{r['error_float32']:.1e}"
+            if any(x.get("top1") is not None for x in rows if x["model"] == m):
+                rec[f"{short} top-1 %"] = None if r is None or r.get("top1") is None else round(100 * r["top1"], 1)
+                rec[f"{short} same top-1 %"] = None if r is None else round(100 * r["same_prediction"], 1)
+        if "demo teacher" in mine:
+            rec["teacher f64"] = f"{mine['demo teacher']['error_float64']:.1e}"
         out.append(rec)
-    imgs = {r["model"]: r["images"] for r in rows}
+    imgs = {r["model"]: int(r["images"]) for r in rows}
+    branched = {r["model"]: r.get("branched_top1") for r in rows if r.get("branched_top1") is not None}
     notes = [
-        "Error: max over images of max |collapsed logit − branched logit| / max |branched logit| of that image, both "
-        "models in eval mode in the stated precision (float64: what remains is the formula, not rounding). Exact "
-        "means ≤ 1e-10 in float64 (issue 11); float32 leaves ~1e-7 of rounding.",
+        "f64 / f32: max over images of max |collapsed logit − branched logit| / max |branched logit| of that image, both "
+        "models in eval mode in float64 / float32 (float64: what remains is the formula, not rounding). Exact means "
+        "≤ 1e-10 in float64 (issue 11); float32 leaves ~1e-7 of rounding. top-1: held-out accuracy of the collapsed model "
+        "under that formula" + ("" if not branched else " (branched: " + ", ".join(
+            f"{m.split(' ')[0]} {100 * v:.1f}%" for m, v in branched.items()) + ")")
+        + "; same top-1: share of images whose predicted class the collapse keeps.",
         "Models: " + "; ".join(f"{m} on {imgs[m]} images" for m in models) + ". The demo students are the trained 3×2 "
-        "and 2×3 branched models at λ = 1; 3×4 is a random 12-block demo-width ViT (every bias and LayerNorm "
-        "affine perturbed) branched into 3 blocks of 4 and perturbed apart, since 4 does not divide the demo "
-        "teacher's 6 blocks. Top-1: held-out accuracy of the collapsed model under each formula.",
-        "Eq. 1 / Eq. 2 concern the teacher before branching (error of the reparameterised teacher against itself): "
-        "forward absorption is exact and is what our branching uses; the paper's backward absorption of the MHSA "
-        "LayerNorm into the previous block changes the function, because LayerNorm's normalisation does not commute "
-        "with the residual addition.",
+        "and 2×3 branched models at λ = 1; 3×4 is a random 12-block demo-width ViT (every bias and LayerNorm affine "
+        "perturbed) branched into 3 blocks of 4 and perturbed apart (4 does not divide the demo teacher's 6 blocks).",
+        "Eq. 1 / Eq. 2 concern the teacher before branching (the reparameterised teacher against itself, on "
+        f"{imgs.get('demo teacher', 0)} images): forward absorption is exact; the paper's backward absorption of the MHSA "
+        "LayerNorm into the previous block is not, because LayerNorm's normalisation does not commute with the residual "
+        "addition.",
     ]
-    return Table(_dash(pd.DataFrame(out)), f"Non-deep ViT: collapse exactness, the paper's formulas against the exact "
+    return Table(_dash(pd.DataFrame(out)), "Non-deep ViT: collapse exactness, the paper's merge formulas against the exact "
                                           f"collapse (profile {ds.attrs.get('profile')})", notes)
 
 
