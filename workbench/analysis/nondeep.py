@@ -148,9 +148,10 @@ def extract_feature_similarity(model: nn.Module, images: torch.Tensor, *, layers
             cos[:, li, mi] = torch.einsum("abtd,cbtd->bac", unit, unit).numpy() / f.shape[2]  # (B, n, n)
             rows = f.reshape(n, -1, f.shape[-1])
             rows = rows - rows.mean(1, keepdim=True)  # (n, B·T, D), centred
-            gram = torch.einsum("anx,any->axy", rows, rows)  # (n, D, D)
-            num = torch.einsum("axy,cxy->ac", gram, gram)  # ‖Xᵀ Y‖²_F via the Gram matrices: (n, n)
-            cka[li, mi] = (num / (num.diagonal().sqrt()[:, None] * num.diagonal().sqrt()[None, :])).numpy()
+            hsic = torch.stack([torch.stack([(rows[a].t() @ rows[c]).square().sum() for c in range(n)])
+                                for a in range(n)])  # ‖X_aᵀ X_c‖²_F: (n, n)
+            norm = hsic.diagonal().sqrt()
+            cka[li, mi] = (hsic / (norm[:, None] * norm[None, :])).numpy()
     ds = xr.Dataset({"cosine": (("sample", "layer", "module", "branch_i", "branch_j"), cos),
                      "cka": (("layer", "module", "branch_i", "branch_j"), cka)},
                     coords={"sample": np.arange(images.shape[0]), "layer": sel, "module": list(FEATURE_MODULES),
