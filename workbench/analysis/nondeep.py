@@ -204,8 +204,8 @@ def _relative(out: torch.Tensor, ref: torch.Tensor) -> np.ndarray:
 @register("collapse_error")
 @torch.no_grad()
 def extract_collapse_error(model: nn.Module, images: torch.Tensor, *, layers: int | Sequence[int] | None = None,
-                           targets: torch.Tensor | None = None,
-                           variants: Sequence[str] | None = None) -> xr.Dataset:
+                           targets: torch.Tensor | None = None, variants: Sequence[str] | None = None,
+                           precisions: Sequence[str] = ("float64", "float32")) -> xr.Dataset:
     """How far each merge formula's collapsed model is from the branched one (§3.3; :data:`COLLAPSE_VARIANTS`).
 
     The branched model must be joined (λ = 1; a λ = 0 model is compared with its exact *wide* collapse, the only
@@ -213,9 +213,12 @@ def extract_collapse_error(model: nn.Module, images: torch.Tensor, *, layers: in
 
     Args:
         variants: names from :data:`methods.nondeep.COLLAPSE_VARIANTS` (default: all).
+        precisions: ``"float64"`` (the errors of the formulas: ``logit_error``, ``block_error``) and / or
+            ``"float32"`` (rounding at deployment precision, predictions: the other variables). float64 is the
+            costly one on a CPU: pass ``("float32",)`` to score many images, ``("float64",)`` to check exactness.
 
     Returns:
-        Dataset along ``model`` (the variants) with ``logit_error(model, sample)`` (float64) and
+        Dataset along ``model`` (the variants) with (float64) ``logit_error(model, sample)`` and
         ``logit_error_float32(model, sample)``: max |Δ logit| / max |logit| of the branched model per image;
         ``block_error(model, sample, layer)``: block i of the collapsed model fed the branched block's input,
         max |Δ output| / max |branched block's residual update| (float64); ``same_prediction(model, sample)``
@@ -236,10 +239,13 @@ def extract_collapse_error(model: nn.Module, images: torch.Tensor, *, layers: in
         raise ValueError(f"unknown collapse variant(s) {unknown}; choose from {', '.join(COLLAPSE_VARIANTS)}")
     if not isinstance(images, torch.Tensor) or images.ndim != 4:
         raise ValueError(f"images must be a (B, C, H, W) tensor, got {getattr(images, 'shape', type(images))}")
+    dtypes = {"float64": torch.float64, "float32": torch.float32}
+    if not precisions or any(p not in dtypes for p in precisions):
+        raise ValueError(f"precisions must be a non-empty selection of float64, float32; got {precisions!r}")
     out: dict[str, list] = {"logit_error": [], "logit_error_float32": [], "block_error": [], "same_prediction": [],
                             "correct": []}
     ref_pred = None
-    for dtype in (torch.float64, torch.float32):
+    for dtype in [dtypes[p] for p in ("float64", "float32") if p in precisions]:
         ref = copy.deepcopy(model).to(dtype).eval()
         x = images.to(dtype)
         names = [f"blocks.{i}.hook_{w}" for i in sel for w in ("resid_pre", "resid_post")]
@@ -263,11 +269,14 @@ def extract_collapse_error(model: nn.Module, images: torch.Tensor, *, layers: in
                 out["same_prediction"].append((pred == ref_pred).cpu().numpy())
                 if targets is not None:
                     out["correct"].append((pred == targets.to(pred.device)).cpu().numpy())
-    data = {"logit_error": (("model", "sample"), np.stack(out["logit_error"])),
-            "logit_error_float32": (("model", "sample"), np.stack(out["logit_error_float32"])),
-            "block_error": (("model", "sample", "layer"), np.stack(out["block_error"])),
-            "same_prediction": (("model", "sample"), np.stack(out["same_prediction"]))}
-    if targets is not None:
+    data = {}
+    if "float64" in precisions:
+        data["logit_error"] = (("model", "sample"), np.stack(out["logit_error"]))
+        data["block_error"] = (("model", "sample", "layer"), np.stack(out["block_error"]))
+    if "float32" in precisions:
+        data["logit_error_float32"] = (("model", "sample"), np.stack(out["logit_error_float32"]))
+        data["same_prediction"] = (("model", "sample"), np.stack(out["same_prediction"]))
+    if targets is not None and "float32" in precisions:
         data["correct"] = (("model", "sample"), np.stack(out["correct"]))
         data["branched_correct"] = ("sample", (ref_pred == targets.to(ref_pred.device)).cpu().numpy())
     ds = xr.Dataset(data, coords={
@@ -275,7 +284,9 @@ def extract_collapse_error(model: nn.Module, images: torch.Tensor, *, layers: in
         "equations": ("model", [COLLAPSE_VARIANTS[v].equations for v in variants]),
         "description": ("model", [COLLAPSE_VARIANTS[v].description for v in variants])})
     for name in ("logit_error", "logit_error_float32", "block_error"):
-        ds[name].attrs.update(units="relative error")
+        if name in ds:
+            ds[name].attrs.update(units="relative error")
     return ds.assign_attrs(analysis="collapse_error", form=form, lam=lam,
-                           config=config_json(layers=layer_config(layers), variants=variants))
+                           config=config_json(layers=layer_config(layers), variants=variants,
+                                              precisions=list(precisions)))
 

@@ -29,10 +29,17 @@ PAPER = "nondeep"
 
 
 # ---------------------------------------------------------------------------------------- runs
-def _budget(ctx: Context):
+def nondeep_budget(ctx: Context):
+    """The profile's :class:`workbench.pipelines.nondeep_budgets.NonDeepBudget`."""
     from workbench.pipelines import budget
 
     return budget("nondeep", ctx.profile)
+
+
+def dashed(frame):
+    """A table frame with empty cells shown as "–"."""
+    frame = frame.astype(object)
+    return frame.where(frame.notna(), "–")
 
 
 def _with_source(ctx: Context, run):
@@ -48,18 +55,18 @@ def _with_source(ctx: Context, run):
 def students(ctx: Context) -> dict:
     """``{n: collapsed run}`` of the profile's students (3×2, 2×3 on the demo), trained or reused."""
     teacher = ctx.teacher("vit")
-    return {n: _with_source(ctx, ctx.run("nondeep", teacher.id, branches=n)) for n in _budget(ctx).students}
+    return {n: _with_source(ctx, ctx.run("nondeep", teacher.id, branches=n)) for n in nondeep_budget(ctx).students}
 
 
 def baselines(ctx: Context) -> dict:
     """``{n: depth-baseline run}``: the teacher's first L/n blocks trained with the students' budget."""
     teacher = ctx.teacher("vit")
-    return {n: ctx.run("nondeep", teacher.id, branches=n, baseline=True) for n in _budget(ctx).students}
+    return {n: ctx.run("nondeep", teacher.id, branches=n, baseline=True) for n in nondeep_budget(ctx).students}
 
 
 def table5_runs(ctx: Context) -> list[tuple[str, bool, object]]:
     """``[(schedule, diversity on, collapsed run)]`` of Table 5's rows on the profile's ablation budget."""
-    b = _budget(ctx)
+    b = nondeep_budget(ctx)
     alpha = (b.ablation or b.join).diversity_weight
     teacher = ctx.teacher("vit")
     return [(s, div, _with_source(ctx, ctx.run("nondeep", teacher.id, branches=b.ablation_branches, schedule=s,
@@ -112,7 +119,7 @@ def students_data(ctx: Context) -> xr.Dataset:
 
 
 def _budget_summary(ctx: Context) -> dict:
-    b = _budget(ctx)
+    b = nondeep_budget(ctx)
     j, a = b.join, b.ablation or b.join
     return {"warmup_steps": j.warmup_steps, "adjust_steps": j.adjust_steps, "lr": j.lr, "batch": j.batch_size,
             "alpha": j.diversity_weight, "kd": j.kd_weight, "distill": j.distill_weight, "schedule": j.schedule,
@@ -141,7 +148,7 @@ def schedules_data(ctx: Context) -> xr.Dataset:
 
     t = np.round(np.linspace(0.0, 1.25, 501), 6)
     lam = [[lambda_schedule(s, float(x)) for x in t] for s in SCHEDULES]
-    j, paper = _budget(ctx).join, JoinConfig()
+    j, paper = nondeep_budget(ctx).join, JoinConfig()
     ds = xr.Dataset({"lam": (("schedule", "t"), np.array(lam))}, coords={"schedule": list(SCHEDULES), "t": t})
     return ds.assign_attrs(warmup_steps=j.warmup_steps, adjust_steps=j.adjust_steps,
                            paper_warmup_steps=paper.warmup_steps, paper_adjust_steps=paper.adjust_steps)
@@ -151,7 +158,7 @@ def _images(ctx: Context, model):
     from workbench.data import load_images
 
     cfg = getattr(model, "pretrained_cfg", {}) or {}
-    return load_images(_budget(ctx).analysis_images, input_size=tuple(cfg.get("input_size", (1, 28, 28))),
+    return load_images(nondeep_budget(ctx).analysis_images, input_size=tuple(cfg.get("input_size", (1, 28, 28))),
                        mean=cfg.get("mean"), std=cfg.get("std"))
 
 
@@ -178,7 +185,7 @@ def fig4_data(ctx: Context) -> xr.Dataset:
     from workbench.analysis import get_extractor
 
     extract = get_extractor("branch_feature_similarity")
-    b = _budget(ctx)
+    b = nondeep_budget(ctx)
     parts, notes = {}, {}
     for n in b.students:
         model = _initial(ctx, n)
@@ -192,7 +199,7 @@ def fig4_data(ctx: Context) -> xr.Dataset:
     parts[key] = ds.drop_vars(["image", "label"], errors="ignore").mean("sample").assign(
         cosine_sd=ds["cosine"].std("sample"))
     notes[key] = "Table 5 'no joining' run"
-    return _stacked(parts, notes).assign_attrs(images=b.analysis_images)
+    return _stacked(parts, notes).assign_attrs(images=b.analysis_images, n_images=int(ds.sizes["sample"]))
 
 
 @dataset("nondeep.fig5", after=("nondeep.students", "nondeep.table5"))
@@ -201,7 +208,7 @@ def fig5_data(ctx: Context) -> xr.Dataset:
     from workbench.analysis import get_extractor
 
     extract = get_extractor("branch_weight_similarity")
-    b = _budget(ctx)
+    b = nondeep_budget(ctx)
     parts, notes = {}, {}
     for n in b.students:
         parts[f"{_label(n)} at initialisation"] = extract(_initial(ctx, n), None)
@@ -220,7 +227,7 @@ def fig6_data(ctx: Context) -> xr.Dataset:
     from workbench.pipelines.nondeep import load_branched, load_joined
     from workbench.runs import open_run
 
-    b = _budget(ctx)
+    b = nondeep_budget(ctx)
     runs = {f"{_label(n)}, α = {b.join.diversity_weight:g}": run for n, run in students(ctx).items()}
     runs[f"{_label(b.ablation_branches)}, α = 0 (Table 5)"] = _table5_run(ctx, "linear", False)
     runs[f"{_label(b.ablation_branches)}, α = {(b.ablation or b.join).diversity_weight:g} (Table 5)"] = \
@@ -281,10 +288,19 @@ def plot_fig3(ds: xr.Dataset):
 
 
 def plot_fig4(ds: xr.Dataset):
-    from workbench.plots.nondeep import plot_similarity
+    from workbench.plots.nondeep import pair_mean, plot_similarity
 
-    return plot_similarity(ds, "cosine", title="Fig. 4: branch output similarity before joining (cosine over D per "
-                                               f"token, mean over tokens and images {ds.attrs.get('images', '')})")
+    mean = pair_mean(ds["cosine"])[0]  # (model, layer, module)
+    first = ", ".join(f"{m.split(' ')[0]}: {float(mean.sel(model=m, layer=0, module='attn')):.2f}"
+                      for m in [str(v) for v in ds["model"].values])
+    rest = float(mean.where(~((mean.layer == 0) & (mean.module == "attn"))).mean())
+    fig = plot_similarity(ds, "cosine", title="Fig. 4: branch output similarity before joining (cosine over D per "
+                                              f"token, mean over tokens and {ds.attrs.get('n_images', '')} held-out "
+                                              "images)")
+    fig.text(0.5, -0.01, f"block 0 attention, mean over branch pairs — {first} (paper, D-MAE-3-4: layer 0 attention "
+                          f"0.59, the other modules low); all other blocks and modules here: {rest:.2f} on average",
+             ha="center", va="top", fontsize="small")
+    return fig
 
 
 def plot_fig5(ds: xr.Dataset):
@@ -338,6 +354,7 @@ figure("nondeep.fig6", paper=PAPER, data="nondeep.fig6", plot=plot_fig6,
 figure("nondeep.attention", paper=PAPER, data="nondeep.attention", plot=plot_attention,
        caption="CLS-to-patch attention probabilities (mean over heads) of the demo teacher's six blocks and of the "
                "collapsed 3-block (3×2) and 2-block (2×3) students, each student block drawn under the last teacher "
-               "block of the group it replaces (r: Pearson correlation with that teacher map), over a held-out digit. "
+               "block of the group it replaces (r: Pearson correlation with that teacher map on this digit, r̄: its "
+               "mean over the analysis images), over a held-out digit. "
                "The collapsed models are plain timm ViTs read by the shared attention extractor; at λ = 1 their maps "
                "equal every branch's map of the branched model.")

@@ -41,8 +41,10 @@ class NonDeepBudget:
     ablation_branches: int = 3  # n of the Table 5 student
     ablation_rows: tuple[tuple[str, bool], ...] = TABLE5_ROWS  # (schedule, diversity on) per row
     analysis_images: str = "demo:val"  # images of the similarity analyses (demo:val is sorted by class: take all)
-    eval_images: str = "demo:val"  # images scoring the collapse variants' top-1 (the held-out set)
+    eval_images: str = "demo:val"  # images scoring the collapse variants' top-1 and float32 error (the held-out set)
+    exact_images: str = "demo:val[:100]"  # images of the float64 collapse errors (costly on a CPU; exactness needs few)
     table1_branches: tuple[int, ...] = (2, 3, 4)  # real-size DeiT-Tiny compressions of Table 1 (6 / 4 / 3 blocks)
+    real_img_size: int = 224  # input side of the real-size DeiT-Tiny models of Tables 1, 10, 11 (the paper's: 224)
     table1_repeats: int = 15  # latency: median of this many round-robin runs ...
     table1_warmup: int = 3  # ... after this many
     memory_batch: int = 16  # batch of the peak-memory measurements (paper: 256 on an H100)
@@ -57,12 +59,14 @@ BUDGETS: dict[str, NonDeepBudget] = {
     # Measured costs and accuracies: docs/nondeep-demo-budgets.md.
     "demo": NonDeepBudget(join=DEMO_JOIN, cpu_threads=1, ablation=DEMO_ABLATION, analysis_images="demo:val",
                           table1_repeats=15, table1_warmup=3, memory_batch=16),
-    # smoke: a handful of updates, only to exercise the pipeline (256 training images: 8 steps of 32 per epoch).
+    # smoke: a handful of updates, only to exercise the pipeline (256 training images: 8 steps of 32 per epoch);
+    # the four Table 5 rows the notes compare, real-size models at 32² (only the code path matters).
     "smoke": NonDeepBudget(
         join=JoinConfig(warmup_steps=4, adjust_steps=4, kd_weight=1.0, lr=5e-4, batch_size=32), cpu_threads=1,
         progress=False, ablation=JoinConfig(warmup_steps=2, adjust_steps=2, kd_weight=1.0, lr=5e-4, batch_size=64),
-        analysis_images="demo:val[:4]", eval_images="demo:val[:32]", table1_branches=(2,), table1_repeats=1,
-        table1_warmup=0, memory_batch=1,
+        ablation_rows=(("none", False), ("instant", False), ("linear", True), ("linear", False)),
+        analysis_images="demo:val[:4]", eval_images="demo:val[:32]", exact_images="demo:val[:4]",
+        table1_branches=(2,), table1_repeats=1, table1_warmup=0, memory_batch=1, real_img_size=32,
     ),
     # paper: App. A.2 / B.1 with the defaults of methods.nondeep.JoinConfig (10k + 50k steps, lr 1e-3, wd 0.05, batch
     # 1024, α = 0.05, linear λ with rectification), 5 lr warm-up epochs (Table 9), AMP. Not implemented: Table 9's
@@ -70,5 +74,6 @@ BUDGETS: dict[str, NonDeepBudget] = {
     # distil attention from it; here the branched model's own teacher is the only one, distill_weight stays 0).
     "paper": NonDeepBudget(join=JoinConfig(), warmup_epochs=5, min_lr_ratio=1e-3, amp=True, progress=True,
                            analysis_images="skimage:astronaut,chelsea,coffee",
-                           eval_images="skimage:astronaut,chelsea,coffee", memory_batch=256),
+                           eval_images="skimage:astronaut,chelsea,coffee",
+                           exact_images="skimage:astronaut,chelsea,coffee", memory_batch=256),
 }

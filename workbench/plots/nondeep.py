@@ -208,7 +208,8 @@ def plot_cls_beside(ds: xr.Dataset, *, sample: int | None = None, title: str | N
         ds: ``cls(model, sample, layer, y, x)`` with ``layer`` = teacher block positions (NaN where a model has no
             block), ``image(sample, img_y, img_x)``; coords ``block(model, layer)`` (the model's own block index,
             -1 where none) and ``group_start(model, layer)`` (first teacher block it stands for); optional
-            ``pearson(model, sample, layer)`` (correlation with the teacher's map in that column), printed.
+            ``pearson(model, sample, layer)`` (correlation with the teacher's map in that column), printed for the
+            sample and as r̄, its mean over every sample of ``ds``.
         sample: which image (default the first).
         title: figure title.
     """
@@ -249,8 +250,9 @@ def plot_cls_beside(ds: xr.Dataset, *, sample: int | None = None, title: str | N
             label = f"block {block}" + (f" ← teacher {start}–{lay}" if start < lay else "")
             if "pearson" in ds:
                 rho = float(ds["pearson"].sel(model=m, sample=s, layer=lay))
+                avg = float(ds["pearson"].sel(model=m, layer=lay).mean())
                 if np.isfinite(rho):
-                    label += f"\nr = {rho:.2f} vs teacher {lay}"
+                    label += f"\nr = {rho:.2f} vs teacher {lay} (r̄ = {avg:.2f})"
             a.set_title(label, fontsize="x-small")
     if im is not None:
         fig.colorbar(im, ax=axes[:, 1:], shrink=0.8, label="attention probability\n(CLS → patch, mean over heads)")
