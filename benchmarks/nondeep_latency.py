@@ -11,9 +11,10 @@ change on a shared machine hits every model alike; the median per model and its 
 DeiT-Tiny are printed beside the paper's (Table 1, Intel i9-9900X single thread: 6-R 0.63,
 4-R 0.51, 3-R 0.47; DeiT-6/4/3 0.62 / 0.49 / 0.43).
 
-Peak memory (Tables 10 / 11): bytes of every live tensor storage, tracked through a
-``TorchDispatchMode`` (allocator- and device-independent; parameters, input, activations,
-gradients and SGD momentum buffers), maximum over one training step (forward + backward +
+Latency and memory are measured by ``methods.nondeep.latencies`` / ``peak_memory`` (also behind the
+figures ``nondeep.table1`` / ``table10`` / ``table11``). Peak memory (Tables 10 / 11): bytes of every live
+tensor storage, tracked through a ``TorchDispatchMode`` (allocator- and device-independent; parameters,
+input, activations, gradients and SGD momentum buffers), maximum over one training step (forward + backward +
 SGD momentum 0.9 step, train mode) and over one inference forward (eval, no grad), at
 ``--mem-batch`` images (paper: batch 256 on an H100, FP32; the ratios do not depend on the batch
 beyond the parameter share). The paper's training rows run the branched form, inference the
@@ -44,65 +45,15 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch starts its thread pool
 
 import argparse  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-import weakref  # noqa: E402
 
 import timm  # noqa: E402
 import torch  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-from torch.utils._pytree import tree_leaves  # noqa: E402
 
 import methods.nondeep as nd  # noqa: E402
 
 BASE = "deit_tiny_patch16_224"
 PAPER_TRAIN = {"DeiT-Tiny": 1.0, "DeiT-Tiny (explicit attention)": 1.0, "branched 6x2": 14.43 / 13.16,
                "branched 4x3": 14.43 / 13.16, "branched 3x4": 14.54 / 13.16}  # Table 10
-
-
-class PeakMemory(TorchDispatchMode):
-    """Live bytes of tensor storages (``preexisting`` ones plus those created inside the mode) and their maximum."""
-
-    def __init__(self, preexisting: list[torch.Tensor]):
-        super().__init__()
-        self.seen: dict[int, int] = {t.untyped_storage().data_ptr(): 0 for t in preexisting}  # views are not new
-        self.live = self.peak = sum(t.untyped_storage().nbytes() for t in preexisting)
-
-    def _free(self, key: int) -> None:
-        self.live -= self.seen.pop(key, 0)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                st = t.untyped_storage()
-                key = st.data_ptr()
-                if key in self.seen or st.nbytes() == 0:
-                    continue
-                self.seen[key] = st.nbytes()
-                self.live += st.nbytes()
-                self.peak = max(self.peak, self.live)
-                weakref.finalize(st, self._free, key)
-        return out
-
-
-def peak_train_bytes(model: torch.nn.Module, batch: int) -> int:
-    model.train()
-    x, y = torch.randn(batch, 3, 224, 224), torch.randint(0, 1000, (batch,))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    with PeakMemory([*model.parameters(), x, y]) as mem:
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-    return mem.peak
-
-
-@torch.no_grad()
-def peak_infer_bytes(model: torch.nn.Module, batch: int) -> int:
-    model.eval()
-    x = torch.randn(batch, 3, 224, 224)
-    with PeakMemory([*model.parameters(), x]) as mem:
-        model(x)
-    return mem.peak
 
 
 def build(n: int | None, form: str) -> torch.nn.Module:
@@ -115,19 +66,6 @@ def build(n: int | None, form: str) -> torch.nn.Module:
     if form == "branched":
         return timm.create_model("nondeep_branched", base=BASE, branches=n)
     return timm.create_model("nondeep_collapsed", base=BASE, branches=n, form="auto")
-
-
-@torch.no_grad()
-def latencies(models: dict[str, torch.nn.Module], repeat: int, warmup: int) -> dict[str, float]:
-    x = torch.randn(1, 3, 224, 224)
-    times: dict[str, list[float]] = {k: [] for k in models}
-    for r in range(warmup + repeat):
-        for name, model in models.items():
-            t0 = time.perf_counter()
-            model(x)
-            if r >= warmup:
-                times[name].append(1e3 * (time.perf_counter() - t0))
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def main() -> None:
@@ -150,7 +88,7 @@ def main() -> None:
         paper[f"collapsed {depth}"] = f"D-MAE-{depth}-R"
     for m in models.values():
         m.eval()
-    ms = latencies(models, args.repeat, args.warmup)
+    ms = nd.latencies(models, repeats=args.repeat, warmup=args.warmup)
     base = ms["DeiT-Tiny"]
     print(f"\n{'model':14s} {'params M':>8s} {'GMACs':>6s} {'GMACs*':>6s} {'ms':>7s} {'/DeiT':>6s}   paper ms (/DeiT)"
           "     * without QK^T and AV (the paper's convention)")
@@ -168,14 +106,14 @@ def main() -> None:
     for m in explicit.modules():
         if hasattr(m, "fused_attn"):
             m.fused_attn = False  # keeps the attention matrices for backward, as the branched blocks do
-    train = {"DeiT-Tiny": peak_train_bytes(build(None, ""), args.mem_batch),
-             "DeiT-Tiny (explicit attention)": peak_train_bytes(explicit, args.mem_batch)}
+    train = {"DeiT-Tiny": nd.peak_memory(build(None, ""), args.mem_batch, "train"),
+             "DeiT-Tiny (explicit attention)": nd.peak_memory(explicit, args.mem_batch, "train")}
     for n, depth in ((2, 6), (3, 4), (4, 3)):
-        train[f"branched {depth}x{n}"] = peak_train_bytes(build(n, "branched"), args.mem_batch)
+        train[f"branched {depth}x{n}"] = nd.peak_memory(build(n, "branched"), args.mem_batch, "train")
     print(f"  training (forward + backward + SGD step)   {'MiB':>8s} {'/DeiT':>6s}  paper /DeiT")
     for name, b in train.items():
         print(f"    {name:38s} {b / 2**20:8.1f} {b / train['DeiT-Tiny']:6.2f}  {PAPER_TRAIN[name]:.2f}")
-    infer = {name: peak_infer_bytes(model, args.mem_batch) for name, model in models.items()
+    infer = {name: nd.peak_memory(model, args.mem_batch, "infer") for name, model in models.items()
              if name == "DeiT-Tiny" or name.startswith("collapsed")}
     print(f"  inference (eval, no grad)                  {'MiB':>8s} {'/DeiT':>6s}  paper /DeiT")
     for name, b in infer.items():

@@ -52,6 +52,15 @@ def _sparsifiner():
     return replace_attention(timm.create_model("vit_demo", depth=3), SparsifinerConfig(keep_rate=0.25, n_down=8)).eval()
 
 
+def _branched():
+    """A joined (λ = 1) Non-deep model: the 6-block demo ViT as 3 parallel blocks of 2 branches."""
+    import methods.nondeep as nd
+
+    model = nd.branch(timm.create_model("vit_demo"), 2)
+    nd.set_lambda(model, 1.0)
+    return model.eval()
+
+
 # name -> (model factory, input shape (B, C, H, W), layers subset to test)
 CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...], list[int]]] = {
     "attention": (_vit, (2, 1, 28, 28), [0, 2]),
@@ -61,6 +70,10 @@ CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...], list[int]
     "window_saliency": (_swin, (2, 1, 32, 32), [0, 1]),
     "sparse_attention": (_sparsifiner, (2, 1, 28, 28), [0, 2]),
     "sparse_basis": (_sparsifiner, (2, 1, 28, 28), [0, 2]),
+    "branch_weight_similarity": (_branched, (2, 1, 28, 28), [0, 2]),
+    "branch_feature_similarity": (_branched, (2, 1, 28, 28), [0, 2]),
+    "join_lambda": (_branched, (2, 1, 28, 28), [0, 2]),
+    "collapse_error": (_branched, (2, 1, 28, 28), [0, 2]),
 }
 
 

@@ -7,6 +7,7 @@ the model is reparameterised into an L/n-block ViT. The paper's merge formulas (
 not exact; :func:`collapse` is, and keeps them as variants for comparison. Submodules:
 
 - :mod:`.branched` — :class:`ParallelBlock`, :func:`branch` (teacher → branched form), hook points;
+- :mod:`.baseline` — :func:`depth_baseline` (the teacher's first L/n blocks: Table 1's DeiT-l rows);
 - :mod:`.schedules` — λ(t) (Eq. 10–13), :class:`ProgressiveJoin` (training hook), :func:`set_lambda`;
 - :mod:`.collapse` — :func:`collapse` (exact / paper variants; concat, xwx, wide forms),
   :func:`collapse_errors`, :func:`collapse_exactness`;
@@ -14,6 +15,7 @@ not exact; :func:`collapse` is, and keeps them as variants for comparison. Submo
 - :mod:`.losses` — diversity regulariser, attention-map distillation, :class:`NonDeepLoss`;
 - :mod:`.similarity` — branch weight / feature similarity ``(block, module, branch_i, branch_j)``;
 - :mod:`.flops` — params and MACs beside Table 1 (conventions stated there);
+- :mod:`.measure` — single-thread latency and peak memory (Table 1, Tables 10 / 11);
 - :mod:`.forms` — the timm names ``nondeep_branched`` and ``nondeep_collapsed``;
 - :mod:`.config`, :mod:`.paper` — variants, hyperparameters, the paper's numbers.
 
@@ -28,6 +30,7 @@ Typical use::
 """
 
 from . import forms  # noqa: F401  (registers nondeep_branched / nondeep_collapsed with timm)
+from .baseline import depth_baseline
 from .branched import (
     Branch,
     BranchAttention,
@@ -67,20 +70,41 @@ from .losses import (
     pairwise_cos2,
     teacher_layers,
 )
-from .paper import PAPER_CPU_RATIOS, PAPER_MEMORY_GB, PAPER_TABLE1, PAPER_TABLE5, Table1Row
-from .schedules import SCHEDULES, ProgressiveJoin, Schedule, get_lambda, lambda_curves, lambda_schedule, set_lambda
-from .similarity import FEATURE_MODULES, WEIGHT_MODULES, branch_features, feature_similarity, weight_similarity
+from .measure import PeakMemory, latencies, peak_memory
+from .paper import PAPER_CPU_RATIOS, PAPER_MEMORY_GB, PAPER_TABLE1, PAPER_TABLE5, PAPER_TABLE6, Table1Row
+from .schedules import (
+    SCHEDULES,
+    ProgressiveJoin,
+    Schedule,
+    check_schedule,
+    get_lambda,
+    lambda_curves,
+    lambda_schedule,
+    set_lambda,
+)
+from .similarity import (
+    FEATURE_MODULES,
+    WEIGHT_MODULES,
+    branch_features,
+    feature_similarity,
+    update_similarity,
+    weight_similarity,
+)
 
 __all__ = [
     "ATTN_OUT", "COLLAPSE_VARIANTS", "CONVENTIONS", "DEMO_ABLATION", "DEMO_JOIN", "FEATURE_MODULES", "FFN_OUT", "FORMS",
-    "NONDEEP_VARIANTS", "PAPER_CPU_RATIOS", "PAPER_MEMORY_GB", "PAPER_TABLE1", "PAPER_TABLE5", "PATTERN", "SCHEDULES",
-    "WEIGHT_MODULES",
+    "NONDEEP_VARIANTS", "PAPER_CPU_RATIOS", "PAPER_MEMORY_GB", "PAPER_TABLE1", "PAPER_TABLE5", "PAPER_TABLE6",
+    "PATTERN",
+    "SCHEDULES", "WEIGHT_MODULES",
     "Branch", "BranchAttention", "BranchMlp", "CollapseVariant", "Cost", "Form", "JoinConfig", "MergeFormulas",
-    "NonDeepLoss", "NonDeepVariant", "ParallelBlock", "ProgressiveJoin", "Schedule", "SizeRow", "Table1Row",
+    "NonDeepLoss", "NonDeepVariant", "ParallelBlock", "PeakMemory", "ProgressiveJoin", "Schedule", "SizeRow",
+    "Table1Row",
     "absorb_layernorm_backward", "absorb_layernorm_forward", "attention_distillation_loss", "attention_matmul_macs",
-    "branch", "branch_features", "check_branches", "check_teacher", "collapse", "collapse_errors",
-    "collapse_exactness", "collapsed_head_dim", "cost", "diversity_loss", "feature_similarity", "get_lambda",
-    "lambda_curves", "lambda_schedule", "max_relative_error", "nondeep_branched", "nondeep_collapsed",
-    "pairwise_cos2", "paper_r_form_cost", "parallel_blocks", "resolve_form", "score_matrices", "set_lambda",
-    "table1", "teacher_layers", "value_output_matrices", "weight_similarity",
+    "branch", "branch_features", "check_branches", "check_schedule", "check_teacher", "collapse", "collapse_errors",
+    "collapse_exactness", "collapsed_head_dim", "cost", "depth_baseline", "diversity_loss", "feature_similarity",
+    "get_lambda",
+    "lambda_curves", "lambda_schedule", "latencies", "max_relative_error", "nondeep_branched", "nondeep_collapsed",
+    "pairwise_cos2", "paper_r_form_cost", "parallel_blocks", "peak_memory", "resolve_form", "score_matrices",
+    "set_lambda",
+    "table1", "teacher_layers", "update_similarity", "value_output_matrices", "weight_similarity",
 ]

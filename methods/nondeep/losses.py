@@ -101,6 +101,9 @@ def _stack_by_block(cache: dict[str, torch.Tensor], suffix: str, blocks: int, br
 class NonDeepLoss(nn.Module):
     """The per-batch objective ``(model, images, targets) -> (loss, parts)`` of a branched model.
 
+    With ``distill_weight = diversity_weight = 0`` it also trains a plain ViT (CE + KD: the depth baseline,
+    :func:`methods.nondeep.depth_baseline`, under the same loss as the students).
+
     ``loss = CE + distill_weight · L_attn + diversity_weight · L_div + kd_weight · KD``, each term
     only computed when its weight is > 0; ``parts`` logs ``ce``, ``attn``, ``div``, ``kd``.
 
@@ -141,9 +144,11 @@ class NonDeepLoss(nn.Module):
     def forward(self, model: nn.Module, images: torch.Tensor,
                 targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         blocks = parallel_blocks(model)
-        if not blocks:
-            raise ValueError(f"{type(model).__name__} is not a branched model (methods.nondeep.branch)")
-        n, depth = blocks[0].num_branches, len(blocks)
+        if not blocks and (self.distill_weight > 0 or self.diversity_weight > 0):
+            raise ValueError(f"{type(model).__name__} is not a branched model (methods.nondeep.branch): attention "
+                             "distillation and the diversity regulariser need branches (set their weights to 0 for "
+                             "a plain ViT such as the depth baseline)")
+        n, depth = (blocks[0].num_branches, len(blocks)) if blocks else (1, 0)
         prefix = "module." if isinstance(model, nn.parallel.DistributedDataParallel) else ""  # hook names under DDP
         names = [prefix + PATTERN] if self.distill_weight > 0 else []
         names += [prefix + ATTN_OUT, prefix + FFN_OUT] if self.diversity_weight > 0 else []

@@ -46,7 +46,9 @@ Measure = Literal["cosine", "cka"]
 
 def _cosine_matrix(flat: torch.Tensor) -> torch.Tensor:
     """``(n, P) -> (n, n)`` cosine similarity of rows (float64)."""
-    unit = F.normalize(flat.double(), dim=-1, eps=1e-300)
+    flat = flat.double()
+    norm = flat.norm(dim=-1, keepdim=True)
+    unit = flat / norm.where(norm > 0, torch.nan)  # a zero matrix has no direction: NaN, not 0
     return unit @ unit.t()
 
 
@@ -85,6 +87,30 @@ def weight_similarity(model: nn.Module, measure: Measure = "cosine") -> torch.Te
     """Similarity of branch weights, ``(blocks, len(WEIGHT_MODULES), n, n)`` float64 (module docstring)."""
     per_module = [[_cosine_matrix(w) for w in branch_weights(model, m, measure)] for m in WEIGHT_MODULES]
     return torch.stack([torch.stack(blocks) for blocks in per_module], dim=1)
+
+
+@torch.no_grad()
+def update_similarity(before: nn.Module, after: nn.Module) -> torch.Tensor:
+    """Cosine similarity of the branches' weight *changes* from ``before`` to ``after``, ``(blocks, 4, n, n)`` float64.
+
+    For each module of :data:`WEIGHT_MODULES` the change of the compared matrix (``qk``: Δ(W^Q_h W^K_hᵀ),
+    ``ov``: Δ(W^V_h W^O_h), ``fc1``, ``fc2``: ΔW) of branch i against branch j. At λ = 1 every branch's FFN
+    sees the same GELU input and the same output gradient, so plain gradient descent moves ``fc1`` and
+    ``fc2`` of all branches by the same amount (similarity 1); Adam's per-branch second moments and
+    weight decay bend that only slightly. Branches that keep receiving equal updates grow alike: the
+    mechanism behind the rising FFN weight similarity after joining (Fig. 6, App. C.3). Zero change
+    gives NaN.
+
+    Args:
+        before, after: the same branched model at two points of training (e.g. when λ reached 1, and at the end).
+    """
+    out = []
+    for m in WEIGHT_MODULES:
+        a, b = branch_weights(before, m), branch_weights(after, m)
+        if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
+            raise ValueError("before and after must be the same branched architecture")
+        out.append(torch.stack([_cosine_matrix(y.double() - x.double()) for x, y in zip(a, b)]))
+    return torch.stack(out, dim=1)
 
 
 def _linear_cka(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -137,4 +163,4 @@ def _blocks(model: nn.Module):
 
 
 __all__ = ["FEATURE_MODULES", "WEIGHT_MODULES", "Measure", "branch_features", "branch_weights", "feature_similarity",
-           "weight_similarity"]
+           "update_similarity", "weight_similarity"]

@@ -1,0 +1,282 @@
+"""Non-deep ViT real-size tables (papers/002): Table 1 (params, MACs, single-thread CPU latency; demo accuracy)
+and Tables 10 / 11 (peak memory in training and inference).
+
+- ``nondeep.table1`` — real size (224², random weights): DeiT-Tiny (12 blocks), the DeiT-6/4/3 depth
+  baselines, the exact collapsed 6/4/3-block models, the branched train forms and the paper's "R" form
+  counted by hand (:func:`methods.nondeep.paper_r_form_cost`), params and MACs in both conventions and
+  single-thread CPU latency (an ``exclusive`` data step: it runs alone, after every other preparation step,
+  so no training of ours shares the CPU; the load average of the machine is recorded beside it); then the demo
+  models with their held-out accuracy.
+- ``nondeep.table10`` / ``table11`` — peak memory of one training step of the branched models and of one
+  inference forward of the collapsed ones, against DeiT-Tiny (:func:`methods.nondeep.peak_memory`); the counts
+  are deterministic, so this step needs no quiet machine.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import xarray as xr
+
+from workbench.figures import dataset, figure
+from workbench.figures.context import Context
+from workbench.figures.nondeep import PAPER, baselines, dashed, nondeep_budget, students
+from workbench.plots.table import Table
+
+BASE = "deit_tiny_patch16_224"
+
+
+def _deit(size: int, name: str | None = None, **kwargs):
+    """DeiT-Tiny at ``size``² (random weights), or one of its Non-deep forms (``name``, ``branches=n``)."""
+    import timm
+
+    if name is None:
+        return timm.create_model(BASE, img_size=size, **kwargs)
+    return timm.create_model(name, base=BASE, base_kwargs={"img_size": size}, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------- Table 1
+def _real_size(b, log) -> list[dict]:
+    import torch
+
+    from methods.nondeep import PAPER_TABLE1, PAPER_TABLE6, cost, latencies, paper_r_form_cost
+    from methods.train import cpu_threads
+
+    rows, models, size = [], {}, b.real_img_size
+    with cpu_threads(1):
+        torch.manual_seed(0)
+        entries = [("DeiT-Tiny (12 blocks)", "DeiT-Tiny", _deit(size), "teacher")]
+        for n in b.table1_branches:
+            d = 12 // n
+            entries.append((f"DeiT-{d} (first {d} blocks)", f"DeiT-{d}", _deit(size, depth=d), "depth baseline"))
+            collapsed = _deit(size, "nondeep_collapsed", branches=n)
+            entries.append((f"collapsed {d} (exact, from {d}×{n})", f"D-MAE-{d}-R", collapsed, "collapsed"))
+            branched = _deit(size, "nondeep_branched", branches=n)
+            entries.append((f"branched {d}×{n} (train form)", None, branched, "branched"))
+        for name, paper, model, kind in entries:
+            log(f"  nondeep.table1: counting {name}")
+            c = cost(model.eval())
+            row = PAPER_TABLE1.get(paper) if paper else None
+            if kind == "branched":  # Table 6 Block-1: the branched D-MAE-l-n without re-parameterisation
+                d = int(name.split(" ")[1].split("×")[0])
+                paper = f"D-MAE-{d}-{12 // d}"
+                p6 = PAPER_TABLE6[paper]
+            rows.append({"setting": f"{size}², random weights", "model": name, "kind": kind, "params": c.params,
+                         "macs": c.macs,
+                         "macs_paper": c.macs_paper, "paper_row": paper,
+                         "paper_params_m": row.params_m if row else (p6[0] if kind == "branched" else None),
+                         "paper_flops_m": row.flops_m if row else (p6[1] if kind == "branched" else None),
+                         "paper_cpu_ms": row.cpu_ms if row else None,
+                         "head_dim": model.blocks[0].attn.head_dim if kind != "branched" else None})
+            if kind != "branched":
+                models[name] = model
+        for n in b.table1_branches:
+            d = 12 // n
+            c = paper_r_form_cost(d, tokens=(size // 16) ** 2 + 1)
+            row = PAPER_TABLE1[f"D-MAE-{d}-R"]
+            rows.append({"setting": f"{size}², counted by hand",
+                         "model": f"paper's R form {d} (X·W·Xᵀ scores, Eq. 7 V/O)",
+                         "kind": "paper R form", "params": c.params, "macs": c.macs, "macs_paper": c.macs_paper,
+                         "paper_row": f"D-MAE-{d}-R", "paper_params_m": row.params_m, "paper_flops_m": row.flops_m,
+                         "paper_cpu_ms": row.cpu_ms})
+        log(f"  nondeep.table1: timing {len(models)} real-size models, {b.table1_repeats} round-robin runs")
+        ms = latencies(models, (3, size, size), repeats=b.table1_repeats, warmup=b.table1_warmup)
+    for r in rows:
+        r["ms"] = ms.get(r["model"])
+    return rows
+
+
+def _demo_rows(ctx: Context, b) -> list[dict]:
+    from methods.nondeep import cost, latencies
+    from methods.train import cpu_threads
+    from workbench.models import load_model
+
+    teacher = ctx.teacher("vit")
+    runs = [("demo teacher", teacher, "teacher")]
+    studs, bases = students(ctx), baselines(ctx)
+    for n in b.students:
+        blocks = studs[n].manifest["results"]["blocks"]
+        runs.append((f"demo depth baseline ({blocks} blocks)", bases[n], "depth baseline"))
+        runs.append((f"demo collapsed {blocks} (from {blocks}×{n})", studs[n], "collapsed"))
+    models = {name: load_model(run.id).model for name, run, _ in runs}
+    with cpu_threads(1):
+        ms = latencies(models, tuple(models["demo teacher"].pretrained_cfg.get("input_size", (1, 28, 28))),
+                       repeats=max(30, 2 * b.table1_repeats), warmup=max(3, b.table1_warmup))
+    rows = []
+    for name, run, kind in runs:
+        c = cost(models[name])
+        res = run.manifest["results"]
+        rows.append({"setting": "demo (28², MNIST-5k)", "model": name, "kind": kind, "run": run.id, "params": c.params,
+                     "macs": c.macs, "macs_paper": c.macs_paper, "ms": ms[name], "val_acc": res["val_acc"],
+                     "paper_formulas_val_acc": res.get("paper_formulas_val_acc"), "val_images": res.get("val_images")})
+    return rows
+
+
+@dataset("nondeep.table1", after=("nondeep.students", "nondeep.baselines"), exclusive=True)
+def table1_data(ctx: Context) -> xr.Dataset:
+    """Params, MACs (both conventions) and single-thread latency at real size and on the demo, one row per model."""
+    import os
+
+    import torch
+
+    from methods.nondeep import CONVENTIONS
+    from workbench.xrutils import rows_to_dataset
+
+    b = nondeep_budget(ctx)
+    load = os.getloadavg()[0]
+    rows = _real_size(b, ctx.log) + _demo_rows(ctx, b)
+    load = max(load, os.getloadavg()[0])
+    return rows_to_dataset(rows).assign_attrs(repeats=b.table1_repeats, warmup=b.table1_warmup, torch=torch.__version__,
+                                              conventions=json.dumps(CONVENTIONS), img_size=b.real_img_size,
+                                              load_average=round(load, 2), cpus=os.cpu_count() or 0)
+
+
+def _g(x: float | None, scale: float, nd: int) -> float | None:
+    return None if x is None else round(x / scale, nd)
+
+
+def table1(ds: xr.Dataset) -> Table:
+    from workbench.xrutils import dataset_rows
+
+    rows = dataset_rows(ds)
+    deit = next(r for r in rows if r["model"].startswith("DeiT-Tiny"))
+    demo_t = next(r for r in rows if r["model"] == "demo teacher")
+    out = []
+    for r in rows:
+        base = demo_t if r["setting"].startswith("demo") else deit
+        paper_ratio = None if not r.get("paper_cpu_ms") else round(r["paper_cpu_ms"] / 66.1, 2)
+        dp = None if not r.get("paper_params_m") else f"{100 * (r['params'] / 1e6 / r['paper_params_m'] - 1):+.1f}%"
+        dm = None if not r.get("paper_flops_m") else f"{100 * (r['macs_paper'] / 1e6 / r['paper_flops_m'] - 1):+.1f}%"
+        out.append({
+            "model": r["model"], "params (M)": _g(r["params"], 1e6, 3), "paper params (M)": r.get("paper_params_m"),
+            "Δ params": dp, "MACs (M), all": _g(r["macs"], 1e6, 1),
+            "MACs (M), w/o QKᵀ, AV": _g(r["macs_paper"], 1e6, 1),
+            "paper FLOPs (M)": r.get("paper_flops_m"), "Δ MACs": dm,
+            "CPU ms (1 thread)": None if r.get("ms") is None else round(r["ms"], 2 if r["ms"] < 10 else 1),
+            "latency / teacher": None if r.get("ms") is None else round(r["ms"] / base["ms"], 2),
+            "paper latency / DeiT-Tiny": paper_ratio,
+            "demo top-1 (%)": None if r.get("val_acc") is None else round(100 * r["val_acc"], 1),
+            "demo top-1, paper formulas (%)": None if r.get("paper_formulas_val_acc") is None
+            else round(100 * r["paper_formulas_val_acc"], 1)})
+    conv = json.loads(ds.attrs["conventions"])
+    val = next((int(r["val_images"]) for r in rows if r.get("val_images")), None)
+    notes = [
+        "Counting: MACs per image (1 multiply-add = 1; the paper's Table 1 'FLOPs' are MACs) by "
+        "methods.flops.count_macs, "
+        "batch 1. 'all' counts everything including the attention matmuls QKᵀ and AV; 'w/o QKᵀ, AV' leaves them out, "
+        "the paper's convention for its DeiT rows (DeiT-Tiny: 1.08 G without, 1.25 G with). Params: "
+        + conv["params"] + ". The Δ columns compare the 'w/o' count and the params with the paper's row.",
+        "The exact collapsed models are wider than the paper's R rows: a collapsed head concatenates the n branches' "
+        "q and k (width n·d: 128 for 6 blocks) or, where n·d > D, scores X·(Σ W^Q W^Kᵀ)·Xᵀ with a per-key bias and "
+        "values X·Σ W^V W^O (width D = 192: 4 and 3 blocks). The paper's R form (one D×D score matrix per head, "
+        "Eq. 7's d-wide V and O) reproduces its R rows' params and MACs within 4% (the 6-R row within 1%; the paper's "
+        "Tables 2 and 6 print the R rows' params 0.2 M lower than Table 1) but is not exact (nondeep.exactness).",
+        f"Latency: PyTorch {ds.attrs['torch']} eager, one thread, batch 1, median of {int(ds.attrs['repeats'])} "
+        f"round-robin runs after {int(ds.attrs['warmup'])} (every model timed in turn, so load changes hit all alike), "
+        "measured alone after the other preparation steps (the machine's 1-minute load average was up to "
+        f"{float(ds.attrs.get('load_average', float('nan'))):.1f} on {int(ds.attrs.get('cpus', 0))} CPUs: other "
+        "processes may have shared the core), random weights at real size. The paper used an Intel "
+        "i9-9900X (66.1 ms for DeiT-Tiny): compare the ratios, not the ms. 'latency / teacher' is against DeiT-Tiny "
+        "at real size and against the demo teacher for the demo rows.",
+        f"Demo rows: held-out top-1 on {val} MNIST-5k images; students joined by the linear schedule (α = 0.05) "
+        "and collapsed exactly (the collapsed model's accuracy is the branched model's); 'paper formulas' collapses "
+        "the same branched model with Eq. 5–7 as printed; depth baselines are the teacher's first L/n blocks trained "
+        "with the same budget and loss (the paper's DeiT-l rows).",
+    ]
+    title = ("Non-deep ViT Table 1: size, MACs, single-thread CPU latency; demo accuracy "
+             f"(profile {ds.attrs.get('profile')})")
+    return Table(dashed(pd.DataFrame(out)), title, notes)
+
+
+# ---------------------------------------------------------------------------------------- Tables 10 / 11
+@dataset("nondeep.memory")
+def memory_data(ctx: Context) -> xr.Dataset:
+    """Peak memory of one training step (branched forms, DeiT-Tiny) and one inference forward (collapsed forms)."""
+    import torch
+
+    from methods.nondeep import PAPER_MEMORY_GB, peak_memory
+    from methods.train import cpu_threads, resolve_device
+    from workbench.xrutils import rows_to_dataset
+
+    b = nondeep_budget(ctx)
+    dev = resolve_device(ctx.device)
+    rows = []
+
+    def add(mode: str, name: str, model, paper: str | None):
+        torch.manual_seed(0)
+        ctx.log(f"  nondeep.memory: {mode} {name}")
+        peak = peak_memory(model.to(dev), b.memory_batch, mode, input_size=(3, b.real_img_size, b.real_img_size))
+        gb = PAPER_MEMORY_GB.get(paper) if paper else None
+        rows.append({"mode": mode, "model": name, "bytes": peak,
+                     "paper_gb": None if gb is None else gb[0 if mode == "train" else 1],
+                     "paper_row": paper})
+
+    with cpu_threads(1):
+        size = b.real_img_size
+        add("train", "DeiT-Tiny (12 blocks)", _deit(size), "D-MAE-Tiny")
+        explicit = _deit(size)
+        for m in explicit.modules():
+            if hasattr(m, "fused_attn"):
+                m.fused_attn = False  # keeps the attention matrices for backward, as the branched blocks must
+        add("train", "DeiT-Tiny, explicit attention", explicit, None)
+        for n in b.table1_branches:
+            add("train", f"branched {12 // n}×{n}", _deit(size, "nondeep_branched", branches=n),
+                f"D-MAE-{12 // n}-R")
+        add("infer", "DeiT-Tiny (12 blocks)", _deit(size), "D-MAE-Tiny")
+        for n in b.table1_branches:
+            add("infer", f"collapsed {12 // n} (exact)", _deit(size, "nondeep_collapsed", branches=n),
+                f"D-MAE-{12 // n}-R")
+    return rows_to_dataset(rows).assign_attrs(batch=b.memory_batch, device=str(dev), img_size=b.real_img_size,
+                                              measure="torch.cuda.max_memory_allocated" if dev.type == "cuda" else
+                                              "live tensor storages (TorchDispatchMode)")
+
+
+def _memory_table(mode: str):
+    def plot(ds: xr.Dataset) -> Table:
+        from workbench.xrutils import dataset_rows
+
+        rows = [r for r in dataset_rows(ds) if r["mode"] == mode]
+        base = rows[0]
+        explicit = next((r for r in rows if "explicit" in r["model"]), None)
+        paper_base = base["paper_gb"]
+        out = [{"model": r["model"], "peak memory (MiB)": round(r["bytes"] / 2**20, 1),
+                "relative to DeiT-Tiny": round(r["bytes"] / base["bytes"], 2),
+                **({"relative to DeiT-Tiny, explicit attention": round(r["bytes"] / explicit["bytes"], 2)}
+                   if explicit else {}),
+                "paper (GB)": r["paper_gb"],
+                "paper relative": None if r["paper_gb"] is None else round(r["paper_gb"] / paper_base, 2)}
+               for r in rows]
+        what = ("one training step: forward + backward + SGD (momentum 0.9) step, train mode" if mode == "train"
+                else "one inference forward, eval mode, no grad")
+        notes = [f"{what}; batch {int(ds.attrs['batch'])} at {int(ds.attrs['img_size'])}², FP32, random weights, "
+                 f"on {ds.attrs['device']}; "
+                 f"measure: {ds.attrs['measure']} (parameters, inputs, activations, gradients and momentum buffers; no "
+                 "allocator slack). Paper: torch.cuda.max_memory_allocated on an H100 at batch 256.",
+                 "Training runs the branched (train) forms, as the paper's does (its table lists the collapsed "
+                 "params). "
+                 "timm's DeiT-Tiny trains with fused attention, which keeps no T×T matrix for backward on this "
+                 "device; the "
+                 "branched blocks must materialise theirs (the joining mixes the scores), so DeiT-Tiny with explicit "
+                 "attention is the like-for-like reference." if mode == "train" else
+                 "Inference runs the collapsed (deploy) forms: fewer blocks, but the exact collapse's wider heads "
+                 "(n·d or D per head) make the attention's intermediate q/k/v larger than DeiT-Tiny's."]
+        title = (f"Non-deep ViT Table {10 if mode == 'train' else 11}: peak memory in "
+                 f"{'training' if mode == 'train' else 'inference'} (profile {ds.attrs.get('profile')})")
+        return Table(dashed(pd.DataFrame(out)), title, notes)
+
+    return plot
+
+
+# ---------------------------------------------------------------------------------------- figures
+figure("nondeep.table1", paper=PAPER, kind="table", data="nondeep.table1", plot=table1,
+       caption="Table 1: parameters, MACs (with and without the attention matmuls; the paper counts without) and "
+               "single-thread CPU latency of DeiT-Tiny (12 blocks), the DeiT-6/4/3 depth baselines and the exactly "
+               "collapsed 6/4/3-block models at 224² (random weights), with the paper's numbers and its hand-counted R "
+               "form beside; then the demo teacher, its depth baselines and collapsed students with held-out top-1.")
+figure("nondeep.table10", paper=PAPER, kind="table", data="nondeep.memory", plot=_memory_table("train"),
+       caption="Table 10: peak memory of one training step (forward, backward, SGD momentum step) of DeiT-Tiny and of "
+               "the branched 6×2 / 4×3 / 3×4 models at 224², measured, relative to DeiT-Tiny, beside the paper's.")
+figure("nondeep.table11", paper=PAPER, kind="table", data="nondeep.memory", plot=_memory_table("infer"),
+       caption="Table 11: peak memory of one inference forward of DeiT-Tiny and of the exactly collapsed 6 / 4 / "
+               "3-block models at 224², measured, relative to DeiT-Tiny, beside the paper's.")
