@@ -190,6 +190,7 @@ def _sparse_distill(run: Run, t: "TeacherRef", spec: RunSpec, budget: AttentionL
         "realised_density": weight_masks_density(masks) if masks else 1.0,  # kept / prunable weights, from the masks
         "nonzero_density": count_params(student)["prunable_nonzero"] / dense_counts["prunable"],  # from the weights
         "teacher_params": t_params, "student_params": dense_counts["total"], "kept_params": kept_params,
+        "masked_params": count_params(student)["nonzero"],  # non-zero parameters of the masked train form
         "teacher_macs": t_macs, "student_macs": s_macs["dense"], "pruned_macs": pruned_macs,
         "param_reduction": t_params / kept_params, "flops_reduction": t_macs / pruned_macs,
         "dense_flops_reduction": t_macs / s_macs["dense"],

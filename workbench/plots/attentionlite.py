@@ -95,7 +95,7 @@ def plot_layer_density(ds: xr.Dataset, *, title: str | None = None):
     size_ax.set_ylim(n_layers - 0.5, -0.5)
     size_ax.set_yticks(range(n_layers), [])
     size_ax.set(xlabel="weights in the layer", title="layer size")
-    fig.colorbar(im, ax=list(axes[:-1]), label="kept fraction of the layer's weights", fraction=0.04, pad=0.02)
+    fig.colorbar(im, ax=list(axes), location="right", label="kept fraction of the layer's weights", fraction=0.03, pad=0.02)
     fig.suptitle(title or "Per-layer density under sparse momentum")
     return fig
 
@@ -113,8 +113,8 @@ def plot_at_maps(maps: xr.Dataset, distance: xr.Dataset | None = None, *, sample
     Args:
         maps: ``at_map(model, sample, stage, y, x)`` (the first ``model`` is the teacher), ``image(sample, img_y, img_x)``
             optional; coords ``height`` / ``width`` (cells) per stage.
-        distance: ``distance(student, stage)`` (mean ‖ψ_S − ψ_T‖₂ over images) with coords ``distill``, ``pruning``,
-            ``seed`` per student; drawn in a right-hand panel.
+        distance: ``distance(run, stage)`` (mean ‖ψ_S − ψ_T‖₂ over images, one student run each) with coords
+            ``distill``, ``pruning``, ``seed`` per run; drawn in a right-hand panel.
         sample: which image (default: the first).
     """
     import matplotlib.pyplot as plt
@@ -122,9 +122,9 @@ def plot_at_maps(maps: xr.Dataset, distance: xr.Dataset | None = None, *, sample
     s = int(maps.sample.values[0]) if sample is None else sample
     models, stages = list(maps.model.values), list(maps.stage.values)
     extra = 1 if distance is not None else 0
-    fig = plt.figure(figsize=(1.55 * len(stages) + 3.4 * extra + 0.9, 1.55 * len(models) + 0.9))
-    grid = fig.add_gridspec(len(models), len(stages) + extra + 1,
-                            width_ratios=[1] * len(stages) + [0.08] + ([2.1] if extra else []), wspace=0.12, hspace=0.14)
+    fig = plt.figure(figsize=(1.55 * len(stages) + 3.4 * extra + 0.6, 1.55 * len(models) + 1.3))
+    grid = fig.add_gridspec(len(models) + 1, len(stages) + extra, height_ratios=[1] * len(models) + [0.07],
+                            width_ratios=[1] * len(stages) + ([2.1] if extra else []), wspace=0.12, hspace=0.14)
     image = maps["image"].sel(sample=s).values if "image" in maps else None
     for j, st in enumerate(stages):
         col = maps.at_map.sel(stage=st, sample=s)
@@ -137,19 +137,23 @@ def plot_at_maps(maps: xr.Dataset, distance: xr.Dataset | None = None, *, sample
             ax.set_yticks([])
             if i == 0:
                 h, w = int(maps.height.sel(stage=st)), int(maps.width.sel(stage=st))
-                ax.set_title(f"stage {int(st)} ({h}×{w})", fontsize=8)
+                ax.set_title(f"stage {int(st)} ({h}×{w} cells)", fontsize=8)
             if j == 0:
                 ax.set_ylabel(str(m), fontsize=8)
-    cax = fig.add_subplot(grid[:, len(stages)])
-    fig.colorbar(im, cax=cax, label="ψ (per-stage scale; unit L2 norm over cells)")
-    cax.set_yticks([])
+        cb = fig.colorbar(im, cax=fig.add_subplot(grid[len(models), j]), orientation="horizontal")
+        cb.ax.tick_params(labelsize=6)
+        cb.set_ticks([0, vmax], labels=["0", f"{vmax:.2f}"])
+        for label, ha in zip(cb.ax.get_xticklabels(), ("left", "right")):
+            label.set_horizontalalignment(ha)
+        if j == 0:
+            cb.set_label("ψ of a cell (unit L2 norm per stage)", fontsize=7)
     if distance is not None:
-        ax = fig.add_subplot(grid[:, len(stages) + 1])
+        ax = fig.add_subplot(grid[:len(models), len(stages)])
         markers = {"irregular": "o", "column": "s"}
-        for k, stu in enumerate(distance.student.values):
-            one = distance.sel(student=stu)
+        for k, stu in enumerate(distance.run.values):
+            one = distance.sel(run=stu)
             label = str(one.distill.values)
-            ax.plot(distance.stage.values + 0.06 * (k - distance.sizes["student"] / 2), one.distance.values,
+            ax.plot(distance.stage.values + 0.06 * (k - distance.sizes["run"] / 2), one.distance.values,
                     marker=markers.get(str(one.pruning.values), "^"), ls="-", lw=0.8, ms=4, color=_color(label), alpha=0.9)
         from matplotlib.lines import Line2D
 
@@ -176,40 +180,51 @@ def plot_local_attention(ds: xr.Dataset, *, sample: int | None = None, layers: S
             img_x)``; coords ``layer_name``, ``kernel_size``, ``stride``, ``height`` per layer; attrs ``query_y`` /
             ``query_x``.
     """
+    import matplotlib
     import matplotlib.patches as patches
     import matplotlib.pyplot as plt
 
     s = int(ds.sample.values[0]) if sample is None else sample
     layers = list(ds.layer.values) if layers is None else list(layers)
-    heads = list(ds.head.values)
-    fig, axes = plt.subplots(len(layers), len(heads), figsize=(1.7 * len(heads) + 1.2, 1.7 * len(layers) + 0.6),
+    heads = list(ds["head"].values)
+    fig, axes = plt.subplots(len(layers), len(heads), figsize=(1.7 * len(heads) + 1.6, 1.7 * len(layers) + 0.6),
                              squeeze=False)
     image = ds["image"].sel(sample=s).values if "image" in ds else None
     qy, qx = int(ds.attrs["query_y"]), int(ds.attrs["query_x"])
+    H, W = ds.sizes["y"], ds.sizes["x"]
     vmax = float(np.nanmax(ds.attention.sel(sample=s, layer=layers).values))
-    cmap = __import__("matplotlib").colormaps[ATTENTION_CMAP].copy()
-    cmap.set_bad(MISSING_COLOR)
+    cmap = matplotlib.colormaps[ATTENTION_CMAP].copy()
+    cmap.set_bad((0, 0, 0, 0))  # outside the window: the image shows through
     im = None
     for i, lay in enumerate(layers):
         one = ds.sel(layer=lay)
         st, k = int(one.stride), int(one.kernel_size)
+        qi, qj, r = int(one.query_i), int(one.query_j), k // 2
+        y0, x0 = (qi - r) * st, (qj - r) * st  # window's top-left pixel
+        pad = k * st  # show one window width around the window
+        ylim = (max(-0.5, y0 - pad - 0.5), min(H - 0.5, y0 + k * st + pad - 0.5))
+        xlim = (max(-0.5, x0 - pad - 0.5), min(W - 0.5, x0 + k * st + pad - 0.5))
         for j, h in enumerate(heads):
             ax = axes[i, j]
             att = one.attention.sel(sample=s, head=h).values
             if image is not None:
                 ax.imshow(image, cmap="gray", vmin=0, vmax=1)
-            im = ax.imshow(np.ma.masked_where(~(att > 0), att), cmap=cmap, vmin=0, vmax=vmax, alpha=0.85)
-            qi, qj = int(one.query_i), int(one.query_j)
-            r = k // 2
-            ax.add_patch(patches.Rectangle(((qj - r) * st - 0.5, (qi - r) * st - 0.5), k * st, k * st, fill=False,
-                                           ec="white", lw=0.8, ls="--"))
-            ax.plot(qx, qy, marker="+", color="red", ms=7, mew=1.5)
+            if np.isnan(att).all():
+                ax.text(0.5, 0.5, "no such head", transform=ax.transAxes, ha="center", va="center", fontsize=7,
+                        color=MISSING_COLOR)
+            else:
+                im = ax.imshow(np.ma.masked_where(~(att > 0), att), cmap=cmap, vmin=0, vmax=vmax, alpha=0.9)
+                ax.add_patch(patches.Rectangle((x0 - 0.5, y0 - 0.5), k * st, k * st, fill=False, ec="white", lw=0.8, ls="--"))
+                ax.plot(qx, qy, marker="+", color="red", ms=8, mew=1.5)
+            ax.set_xlim(*xlim)
+            ax.set_ylim(ylim[1], ylim[0])
             ax.set_xticks([])
             ax.set_yticks([])
             if i == 0:
                 ax.set_title(f"head {int(h)}", fontsize=8)
             if j == 0:
-                ax.set_ylabel(f"{one.layer_name.values}\n{int(one.height)}×{int(one.width)} cells, k = {k}", fontsize=7)
+                ax.set_ylabel(f"{one.layer_name.values}\n{int(one.height)}×{int(one.width)} cells, k = {k}\n"
+                              f"({int(ylim[1] - ylim[0])} px shown)", fontsize=7)
     fig.colorbar(im, ax=axes, label="attention weight of the key cell", fraction=0.05, pad=0.03)
     fig.suptitle(title or f"Local attention of the query pixel (y, x) = ({qy}, {qx}), sample {s}")
     return fig
