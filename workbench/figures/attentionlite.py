@@ -156,11 +156,13 @@ def local_attention_data(ctx: Context) -> xr.Dataset:
 
 
 # ---------------------------------------------------------------------------------------- paper size
-def _paper_combos() -> list[tuple[str, str, str, str, float]]:
-    """Unique (student, stem, dataset, pruning, d) of Tables 1 and 2."""
+def _paper_combos(ctx: Context) -> list[tuple[str, str, str, str, float]]:
+    """Unique (student, stem, dataset, pruning, d) of Tables 1 and 2 (the profile's students and datasets)."""
     from methods.attentionlite import PAPER_TABLE1, PAPER_TABLE2
 
-    return list(dict.fromkeys((r.student, r.stem, r.dataset, r.pruning, r.density) for r in PAPER_TABLE1 + PAPER_TABLE2))
+    b = _budget(ctx)
+    return list(dict.fromkeys((r.student, r.stem, r.dataset, r.pruning, r.density) for r in PAPER_TABLE1 + PAPER_TABLE2
+                              if r.student in b.paper_students and r.dataset in b.paper_datasets))
 
 
 @dataset("attentionlite.paper_size")
@@ -175,7 +177,7 @@ def paper_size_data(ctx: Context) -> xr.Dataset:
     torch.manual_seed(0)
     teachers, students, rows = {}, {}, []
     with torch.no_grad():
-        for name, stem, data, pruning, d in _paper_combos():
+        for name, stem, data, pruning, d in _paper_combos(ctx):
             _, classes, size = DATASETS[data]
             x = torch.zeros(1, 3, size, size)
             if (classes, size) not in teachers:
@@ -204,10 +206,10 @@ def paper_size_data(ctx: Context) -> xr.Dataset:
 def _paper_rows(paper, ours: list[dict], stem: str) -> list[dict]:
     out = []
     for r in paper:
-        if r.stem != stem:
+        o = next((c for c in ours if (c["student"], c["stem"], c["dataset"], c["pruning"], c["density"])
+                 == (r.student, r.stem, r.dataset, r.pruning, r.density)), None)
+        if r.stem != stem or o is None:
             continue
-        o = next(c for c in ours if (c["student"], c["stem"], c["dataset"], c["pruning"], c["density"])
-                 == (r.student, r.stem, r.dataset, r.pruning, r.density))
         name, _, _ = DATASETS[r.dataset]
         out.append({
             "model": f"{STUDENTS[r.student]} ({'hybrid' if stem == 'conv' else 'homogeneous'})", "data": name,

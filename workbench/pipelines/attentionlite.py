@@ -23,7 +23,6 @@ accuracy, loss parts, realised density overall and per layer, prune rate) are in
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import asdict, replace
 
 import numpy as np
@@ -86,26 +85,32 @@ def student_spec(teacher: torch.nn.Module, variant: str, stem: str) -> tuple[str
 
 
 def _check_teacher(teacher: torch.nn.Module, name: str, kwargs: dict, at: bool, b: AttentionLiteBudget) -> None:
-    """Refuse, before anything is written, a teacher whose stages the AT loss cannot pair with the student's."""
-    student = create_model(name, **kwargs)
+    """Refuse, before anything is written, a teacher whose stages the AT loss cannot pair with the student's.
+
+    ``teacher`` may live on the meta device: the check runs both architectures on a meta image of the teacher's
+    input size (shapes only, no arithmetic).
+    """
+    device = next(teacher.parameters()).device
+    with torch.device(device):
+        student = create_model(name, **kwargs)
     if not at:
         return
     d = b.distill
     loss = SparseDistillationLoss(teacher, beta=max(d.beta, 1e-12), p=d.p, at_form=d.at_form, resize=d.resize,
                                   student=student)  # raises for missing stages
-    size = tuple((teacher.pretrained_cfg or {}).get("input_size", (1, 28, 28)))
-    if d.resize == "none" and math.prod(size) <= 3 * 64 * 64:  # a dry run at the teacher's input size (small inputs only)
-        from methods.hooks import run_with_cache
+    if d.resize != "none":
+        return
+    from methods.hooks import run_with_cache
 
-        x = torch.zeros(1, *size)
-        with torch.no_grad():
-            shapes = [{n: tuple(v.shape[-2:]) for n, v in run_with_cache(m.eval(), x, names=loss.stages)[1].items()}
-                      for m in (teacher, student)]
-        bad = [f"{n}: teacher {shapes[0][n]} vs student {shapes[1][n]}" for n in loss.stages if shapes[0][n] != shapes[1][n]]
-        if bad:
-            raise ValueError(f"the attention-transfer loss compares stage maps pixel by pixel, but the teacher's and the "
-                             f"student's differ ({'; '.join(bad)}); use a teacher with the student's stage resolutions "
-                             "(e.g. resnet50_cifar for 32×32 images), or --no-at for logit distillation only")
+    x = torch.zeros(1, *tuple((teacher.pretrained_cfg or {}).get("input_size", (1, 28, 28))), device=device)
+    with torch.no_grad():
+        shapes = [{n: tuple(v.shape[-2:]) for n, v in run_with_cache(m.eval(), x, names=loss.stages, stop_early=True)[1].items()}
+                  for m in (teacher, student)]
+    bad = [f"{n}: teacher {shapes[0][n]} vs student {shapes[1][n]}" for n in loss.stages if shapes[0][n] != shapes[1][n]]
+    if bad:
+        raise ValueError(f"the attention-transfer loss compares stage maps pixel by pixel, but the teacher's and the "
+                         f"student's differ ({'; '.join(bad)}); use a teacher with the student's stage resolutions "
+                         "(e.g. resnet50_cifar for 32×32 images), or --no-at for logit distillation only")
 
 
 def _run(req, density: float | None = None, pruning: str = "irregular", at: bool = True, variant: str | None = None,
@@ -117,7 +122,8 @@ def _run(req, density: float | None = None, pruning: str = "irregular", at: bool
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"--seed must be a non-negative integer, got {seed!r}")
     t = req.teacher
-    teacher_arch = create_model(t.model_name, **t.model_kwargs)
+    with torch.device("meta"):  # the architecture only: no weights, no arithmetic
+        teacher_arch = create_model(t.model_name, **t.model_kwargs)
     name, kwargs = student_spec(teacher_arch, variant, stem)
     _check_teacher(teacher_arch, name, kwargs, at, b)
     spec = RunSpec(name, kwargs, pruning, density, bool(at), seed)

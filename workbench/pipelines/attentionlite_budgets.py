@@ -31,6 +31,8 @@ class AttentionLiteBudget:
     homogeneous_figure_runs: bool = True  # Table 2 also trains homogeneous (attention-stem) students, KD+AT, first seed only
     lr_milestones: tuple[int, ...] = ()  # step decay: lr × lr_gamma after each of these epochs (§4.1); () = train.sched alone
     lr_gamma: float = 0.1  # factor of each step
+    paper_students: tuple[str, ...] = ("sa_resnet26", "sa_resnet38")  # Tables 1-2 rows counted at paper size
+    paper_datasets: tuple[str, ...] = ("cifar10", "cifar100", "tiny-imagenet")  # ... and their datasets
     query: tuple[float, float] = (0.5, 0.5)  # query pixel of the local-attention figure, relative (y, x) of the image
     cpu_threads: int | None = None  # torch CPU threads during a run (None: torch's default)
 
@@ -60,6 +62,7 @@ BUDGETS: dict[str, AttentionLiteBudget] = {
                           cpu_threads=1, progress=False),
         variant="demo", distill=DistillConfig(beta=DEMO_RECIPE.beta),
         densities={"irregular": 0.25, "column": 0.5}, seeds=(0,), homogeneous_figure_runs=False, cpu_threads=1,
+        paper_students=("sa_resnet26",), paper_datasets=("cifar10",),  # 4 of the 22 paper-size counts
     ),
     # paper (§4.1, CIFAR): SGD (momentum 0.9; the paper names no optimiser) lr 0.1, wd 1e-4, batch 100, 200 epochs, lr × 0.1
     # after epochs 120, 160, 180; α = 0.1, β = 1000 (Zagoruyko's mean-squared AT, the form β = 1000 belongs to), 8 heads;

@@ -193,8 +193,7 @@ def plot_local_attention(ds: xr.Dataset, *, sample: int | None = None, layers: S
     qy, qx = int(ds.attrs["query_y"]), int(ds.attrs["query_x"])
     H, W = ds.sizes["y"], ds.sizes["x"]
     vmax = float(np.nanmax(ds.attention.sel(sample=s, layer=layers).values))
-    cmap = matplotlib.colormaps[ATTENTION_CMAP].copy()
-    cmap.set_bad((0, 0, 0, 0))  # outside the window: the image shows through
+    cmap = matplotlib.colormaps[ATTENTION_CMAP].with_extremes(bad=(0, 0, 0, 0))  # outside the window: the image shows
     im = None
     for i, lay in enumerate(layers):
         one = ds.sel(layer=lay)
