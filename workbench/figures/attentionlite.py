@@ -172,6 +172,7 @@ def paper_size_data(ctx: Context) -> xr.Dataset:
     import torch
 
     from methods.attentionlite import SA_VARIANTS, SparseMomentum, count_macs_sparse, count_params, resnet50_cifar, shrink
+    from methods.flops import count_macs
     from workbench.xrutils import rows_to_dataset
 
     torch.manual_seed(0)
@@ -182,10 +183,10 @@ def paper_size_data(ctx: Context) -> xr.Dataset:
             x = torch.zeros(1, 3, size, size)
             if (classes, size) not in teachers:
                 t = resnet50_cifar(num_classes=classes).eval()
-                teachers[(classes, size)] = (count_params(t)["total"], count_macs_sparse(t, x)["dense"])
+                teachers[(classes, size)] = (count_params(t)["total"], count_macs(t, x).total)
             if (name, stem, classes, size) not in students:
                 m = SA_VARIANTS[name].build(stem, classes).eval()
-                students[(name, stem, classes, size)] = (m, count_params(m), count_macs_sparse(m, x)["dense"])
+                students[(name, stem, classes, size)] = (m, count_params(m), count_macs(m, x))
             dense, counts, macs = students[(name, stem, classes, size)]
             model = copy.deepcopy(dense)
             hook = SparseMomentum(model, d, pruning, epochs=1, seed=0)
@@ -193,12 +194,13 @@ def paper_size_data(ctx: Context) -> xr.Dataset:
             if pruning == "column":
                 small = shrink(model, hook.weight_masks())
                 shrunk, pruned_macs = sum(p.numel() for p in small.parameters()), count_macs_sparse(small, x)["dense"]
-            else:
-                shrunk, pruned_macs = None, count_macs_sparse(model, x)["sparse"]
+            else:  # MACs of the non-zero weights: each layer's MACs × its kept fraction (count_macs_sparse's rule)
+                shrunk = None
+                pruned_macs = macs.total - sum(macs.within(n) * (1 - f) for n, f in hook.layer_densities().items())
             t_params, t_macs = teachers[(classes, size)]
             rows.append({"student": name, "stem": stem, "dataset": data, "pruning": pruning, "density": d,
                          "image_size": size, "teacher_params": t_params, "teacher_macs": t_macs,
-                         "student_params": counts["total"], "student_macs": macs, "kept_params": kept,
+                         "student_params": counts["total"], "student_macs": macs.total, "kept_params": kept,
                          "shrunk_params": shrunk, "pruned_macs": pruned_macs, "realised_density": hook.realised_density()})
     return rows_to_dataset(rows)
 
@@ -286,8 +288,8 @@ def _curves_plot(fig_no: int):
 
         b = json.loads(ds.attrs["budget"])
         fig = plot_accuracy_curves(ds, title=f"Fig. {fig_no} on the demo: {ds.attrs['pruning']} pruning, d = {ds.attrs['density']:g}")
-        fig.axes[0].text(0.02, 0.03, f"{_spread_note(ds)}\n{b['epochs']} epochs × {b['train_images']} images, "
-                         f"held-out {b['val_images']} images", transform=fig.axes[0].transAxes, fontsize=7, va="bottom")
+        fig.axes[0].text(0.03, 0.93, f"{_spread_note(ds)}\n{b['epochs']} epochs × {b['train_images']} images, "
+                         f"held-out {b['val_images']} images", transform=fig.axes[0].transAxes, fontsize=7, va="top")
         return fig
 
     return plot
