@@ -61,6 +61,13 @@ def _branched():
     return model.eval()
 
 
+def _sa_resnet():
+    """The tiny SA-ResNet of methods.attentionlite's tests (stage maps 12/6/3/2, attention grids 12/12/6/3)."""
+    from methods.attentionlite import SA_VARIANTS
+
+    return SA_VARIANTS["test"].build().eval()
+
+
 # name -> (model factory, input shape (B, C, H, W), layers subset to test)
 CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...], list[int]]] = {
     "attention": (_vit, (2, 1, 28, 28), [0, 2]),
@@ -74,6 +81,8 @@ CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...], list[int]
     "branch_feature_similarity": (_branched, (2, 1, 28, 28), [0, 2]),
     "join_lambda": (_branched, (2, 1, 28, 28), [0, 2]),
     "collapse_error": (_branched, (2, 1, 28, 28), [0, 2]),
+    "at_maps": (_sa_resnet, (2, 1, 12, 12), [0, 1]),  # stages (a `layer` coord on `stage`)
+    "local_attention": (_sa_resnet, (2, 1, 12, 12), [0, 2]),
 }
 
 

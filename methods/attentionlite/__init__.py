@@ -32,7 +32,7 @@ from .attention import (ColumnConv2d, ColumnLinear, LocalSelfAttention, local_at
 from .config import DEMO_RECIPE, PAPER_DENSITIES, SA_VARIANTS, DemoRecipe, DistillConfig, SAVariant, SparseConfig, VariantName
 from .introspect import count_macs_sparse, count_params, layer_densities, query_attention, stage_at_maps
 from .losses import ATForm, Resize, SparseDistillationLoss, at_loss, at_map, kd_loss, stage_names
-from .paper import PAPER_TABLE1, PAPER_TABLE2, PaperRow, Reduction, cifar_resnet50, reductions
+from .paper import PAPER_TABLE1, PAPER_TABLE2, PaperRow, Reduction, cifar_resnet50, reductions, resnet50_cifar
 from .resnet import (SABottleneck, Stem, attention_layers, build_sa_resnet, sa_resnet, sa_resnet26, sa_resnet38,
                      sa_resnet_demo)
 from .shrink import deploy_kwargs, kept_columns, sa_resnet_column, shrink
@@ -47,6 +47,6 @@ __all__ = [
     "at_loss", "at_map", "attention_layers", "build_sa_resnet", "check_density", "check_pruning", "cifar_resnet50",
     "column_masks_from_weights", "count_macs_sparse", "count_params", "deploy_kwargs", "kd_loss", "kept_columns",
     "layer_densities", "local_attention_unfold", "neighbour_dot", "neighbour_mask", "neighbour_mix",
-    "prunable_layers", "prune_rate", "query_attention", "reductions", "sa_resnet", "sa_resnet26", "sa_resnet38",
+    "prunable_layers", "prune_rate", "query_attention", "reductions", "resnet50_cifar", "sa_resnet", "sa_resnet26", "sa_resnet38",
     "sa_resnet_column", "sa_resnet_demo", "shrink", "stage_at_maps", "stage_names", "weight_masks_density",
 ]

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 import timm
+from timm.models import register_model
 import torch
 import torch.nn as nn
 
@@ -44,7 +45,7 @@ from .introspect import count_macs_sparse, count_params
 from .shrink import shrink
 from .sparse import SparseMomentum
 
-__all__ = ["PaperRow", "PAPER_TABLE1", "PAPER_TABLE2", "cifar_resnet50", "Reduction", "reductions"]
+__all__ = ["PaperRow", "PAPER_TABLE1", "PAPER_TABLE2", "cifar_resnet50", "resnet50_cifar", "Reduction", "reductions"]
 
 
 @dataclass(frozen=True)
@@ -106,12 +107,37 @@ PAPER_TABLE2: list[PaperRow] = [
 ]
 
 
-def cifar_resnet50(num_classes: int = 10) -> nn.Module:
-    """timm ``resnet50`` with the CIFAR stem (3×3 stride-1 convolution, no max pool): the 32×32 teacher for MAC counts."""
-    model = timm.create_model("resnet50", num_classes=num_classes)
-    model.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+def cifar_resnet50(num_classes: int = 10, in_chans: int = 3) -> nn.Module:
+    """timm ``resnet50`` with the CIFAR stem (3×3 stride-1 convolution, no max pool): the 32×32 teacher for MAC counts.
+
+    Its stage maps are 32/16/8/4 at 32×32, those of SA-ResNet26/38, so attention transfer pairs them pixel by pixel
+    (timm's ImageNet stem would shrink a 32×32 image to 8×8 before the first stage). Registered with timm as
+    ``resnet50_cifar`` (the teacher of the paper profile: train it on CIFAR with
+    ``workbench train teacher --arch cnn --model resnet50_cifar --profile paper --data ROOT``).
+    """
+    model = timm.create_model("resnet50", num_classes=num_classes, in_chans=in_chans)
+    model.conv1 = nn.Conv2d(in_chans, 64, 3, 1, 1, bias=False)
+    nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
     model.maxpool = nn.Identity()
+    model.pretrained_cfg = dict(architecture="resnet50_cifar", input_size=(in_chans, 32, 32), num_classes=num_classes,
+                                crop_pct=1.0, interpolation="bilinear", first_conv="conv1", classifier="fc",
+                                **({"mean": (0.4914, 0.4822, 0.4465), "std": (0.2470, 0.2435, 0.2616)} if in_chans == 3 else {}))
+    model.default_cfg = model.pretrained_cfg
     return model
+
+
+@register_model
+def resnet50_cifar(pretrained: bool = False, **kwargs) -> nn.Module:
+    """ResNet50 with a CIFAR stem (:func:`cifar_resnet50`): AttentionLite's teacher at 32×32 (§4.1)."""
+    if pretrained:
+        raise ValueError("resnet50_cifar has no published weights; train it (workbench train teacher --model resnet50_cifar) "
+                         "or pass --checkpoint FILE")
+    for key in ("pretrained_cfg", "pretrained_cfg_overlay", "cache_dir"):
+        kwargs.pop(key, None)
+    extra = sorted(set(kwargs) - {"num_classes", "in_chans"})
+    if extra:
+        raise ValueError(f"resnet50_cifar takes num_classes and in_chans only; got {extra}")
+    return cifar_resnet50(**kwargs)
 
 
 @dataclass(frozen=True)
