@@ -80,6 +80,8 @@ class StudentSpec:
     teacher: str  # demo teacher arch it was compressed from ("vit", "swin", "cnn")
     after: tuple[str, ...]  # data ids whose computation trains it
     run: Callable[["Context"], Any]  # fn(ctx) -> the student's Run (reused: the ``after`` data trained it)
+    deploy: Callable[[Any], Any] | None = None  # fn(model) -> its inference form, counted (MACs) and timed by
+    # compare.table1, for a run that saves its train form (e.g. a gated model whose pruned form skips work); None: as saved
 
 
 DATA: dict[str, DataSpec] = {}
@@ -100,11 +102,16 @@ def dataset(id: str, *, after: tuple[str, ...] | Callable[[], Iterable[str]] = (
     return deco
 
 
-def student(label: str, *, method: str, teacher: str, after: tuple[str, ...]):
-    """Decorator registering ``fn(ctx) -> Run`` as a student the comparison figures include (see :class:`StudentSpec`)."""
+def student(label: str, *, method: str, teacher: str, after: tuple[str, ...],
+            deploy: Callable[[Any], Any] | None = None):
+    """Decorator registering ``fn(ctx) -> Run`` as a student the comparison figures include (see :class:`StudentSpec`).
+
+    ``deploy``: ``fn(model) -> model``, the inference form of the run's saved model whose MACs and latency the
+    comparison reports (e.g. a pruned model built from a gated one); by default the saved model itself.
+    """
 
     def deco(fn: Callable[["Context"], Any]) -> Callable[["Context"], Any]:
-        STUDENTS[label] = StudentSpec(label, method, teacher, tuple(after), fn)
+        STUDENTS[label] = StudentSpec(label, method, teacher, tuple(after), fn, deploy)
         return fn
 
     return deco
