@@ -20,8 +20,9 @@ exclusive step: it runs alone after every other step.
 
 Budget (:data:`BUDGETS`): on the demo, 32 held-out digits of all ten classes (``demo:val[15::31]``;
 the demo split is sorted by class, so ``demo:val[:32]`` would be all zeros), Integrated Gradients with 32
-Gauss–Legendre nodes (completeness gap ~1e-4 on the demo ViT), 16 deletion / insertion steps; top-1
-agreement and KL on all 1000 held-out digits (forward passes only).
+Gauss–Legendre nodes (completeness gap ~1e-4 on the demo ViT), 16 deletion / insertion steps, IG and a random
+map only (what the figures show; Saliency and rollout are a ``workbench compare`` away); top-1 agreement and KL on
+all 1000 held-out digits (forward passes only).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class CompareBudget:
     ig_steps: int  # Gauss–Legendre nodes of Integrated Gradients
     steps: int  # deletion / insertion steps
     latency_rounds: int  # timed rounds of compare.latency (each times every model once, interleaved)
+    attributions: tuple[str, ...] = ("integrated_gradients", "random")  # what the figures show: IG, random = chance
 
 
 BUDGETS = {
@@ -109,7 +111,8 @@ def _comparison(arch: str):
             return xr.Dataset(attrs={"arch": arch, "title": ARCH_TITLE[arch], "students": "[]"})
         b = BUDGETS[ctx.profile.name]
         teacher, runs, models = _models(ctx, arch)
-        ds = compare_loaded(models, b.images, ig_steps=b.ig_steps, steps=b.steps, infidelity=False)
+        ds = compare_loaded(models, b.images, ig_steps=b.ig_steps, steps=b.steps, attributions=b.attributions,
+                            infidelity=False)
         held = compare_loaded(models, b.agreement_images, parts=("predictions",))
         specs = {s.label: s for s in students_of(arch)}
         order = list(ds["model"].values)

@@ -245,16 +245,14 @@ def plot_map_agreement(data: xr.Dataset | Mapping[str, xr.Dataset], *, metrics: 
 
 # ------------------------------------------------------------------------------------ attributions
 def _pick_samples(ds: xr.Dataset, n: int) -> list[int]:
-    """Positions of up to ``n`` images of distinct labels (then any), in sample order."""
+    """Positions of ``n`` images: the first of each of ``n`` labels spread over the labels present (0, 3, 6, 9 of ten
+    digits), or evenly spaced images where labels are unknown or too few."""
     labels = ds["label"].values if "label" in ds.coords else -np.ones(ds.sizes["sample"], int)
-    picked, seen = [], set()
-    for i, lab in enumerate(labels):
-        if lab not in seen or lab < 0:
-            picked.append(i)
-            seen.add(lab)
-        if len(picked) == n:
-            return picked
-    return (picked + [i for i in range(ds.sizes["sample"]) if i not in picked])[:n]
+    known = sorted(set(int(v) for v in labels if v >= 0))
+    if len(known) >= n:
+        want = [known[int(round(k))] for k in np.linspace(0, len(known) - 1, n)]
+        return [int(np.flatnonzero(labels == lab)[0]) for lab in want]
+    return [int(round(k)) for k in np.linspace(0, ds.sizes["sample"] - 1, min(n, ds.sizes["sample"]))]
 
 
 def plot_attributions(data: xr.Dataset | Mapping[str, xr.Dataset], *, attribution: str = "integrated_gradients",
@@ -272,7 +270,7 @@ def plot_attributions(data: xr.Dataset | Mapping[str, xr.Dataset], *, attributio
         heights += [0.32] + [1.0] * (1 + ds.sizes["model"])  # title row, images, models
     fig = plt.figure(figsize=(n_cols * 1.2 + 0.6, sum(heights) * 1.22))
     grid = fig.add_gridspec(len(heights), n_cols + 1, height_ratios=heights, width_ratios=[1.0] * n_cols + [0.07],
-                            hspace=0.28, wspace=0.08, left=0.02, right=0.93, top=1 - 0.55 / fig.get_figheight(),
+                            hspace=0.3, wspace=0.12, left=0.02, right=0.93, top=1 - 0.55 / fig.get_figheight(),
                             bottom=0.01)
     signed = attribution == "integrated_gradients"
     cmap = plt.get_cmap(DIVERGING_CMAP if signed else ATTENTION_CMAP)
@@ -292,7 +290,7 @@ def plot_attributions(data: xr.Dataset | Mapping[str, xr.Dataset], *, attributio
             ax.imshow(img, cmap="gray" if img.ndim == 2 else None, vmin=0, vmax=1)
             lab = int(ds["label"].values[s]) if "label" in ds.coords else -1
             ax.set_title((f"label {lab}" if lab >= 0 else f"#{int(ds['sample'].values[s])}")
-                         + (f" · teacher: {int(target[s])}" if target is not None else ""), fontsize=7, pad=2)
+                         + (f" · teacher: {int(target[s])}" if target is not None else ""), fontsize=6.5, pad=2)
             _bare(ax, "image" if j == 0 else None)
             for i, m in enumerate(models):
                 ax = fig.add_subplot(grid[row + 2 + i, j])
