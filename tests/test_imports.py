@@ -1,7 +1,7 @@
 """The import rules of the method contract (docs/adding-a-method.md), checked on the source tree.
 
 - ``methods`` never imports ``workbench``;
-- imports run down the layers: cli -> figures -> analyze -> analysis, plots, pipelines -> models -> base
+- imports run down the layers: cli -> figures -> analyze, compare -> analysis, plots, pipelines -> models -> base
   (provenance, runs, store, data, profiles, xrutils) -> methods;
 - ``workbench.plots`` imports neither torch nor ``methods`` nor any workbench module but itself and ``xrutils``;
 - ``workbench`` reaches a method only through its public API (``methods.far``, never ``methods.far.hoyer``);
@@ -23,7 +23,7 @@ LAYERS = {
     "workbench.profiles": 1, "workbench.window_views": 1, "workbench": 1,  # workbench/__init__ (the version)
     "workbench.models": 2,
     "workbench.analysis": 3, "workbench.plots": 3, "workbench.pipelines": 3,
-    "workbench.analyze": 4,
+    "workbench.analyze": 4, "workbench.compare": 4,
     "workbench.figures": 5,
     "workbench.cli": 6,
 }

@@ -39,6 +39,19 @@ def test_closure_has_dependencies_and_rejects_unknown(monkeypatch):
         prepare(["test.x"], jobs=1, log=lambda s: None, profile="smoke", device="cpu")
 
 
+def test_a_function_after_is_resolved_when_the_closure_is_asked_for(monkeypatch):
+    """``after`` as a function sees registrations made after the data was registered (import order)."""
+    from workbench import figures as F
+
+    seen = []
+    monkeypatch.setitem(DATA, "test.lazy", DataSpec("test.lazy", print, lambda: seen.append(1) or tuple(
+        s.after[0] for s in F.STUDENTS.values() if s.method == "test")))
+    assert closure(["test.lazy"]) == {"test.lazy": ()}
+    monkeypatch.setitem(F.STUDENTS, "toy", F.StudentSpec("toy", "test", "vit", ("test.b",), print))  # registered later
+    assert closure(["test.lazy"]) == {"test.lazy": ("test.b",), "test.b": ("test.a",), "test.a": ()}
+    assert len(seen) == 2  # resolved anew each time, not at registration
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_each_step_once_after_its_dependencies_then_exclusive_ones_alone(fresh_home, jobs):
     lines, done = [], []

@@ -9,6 +9,7 @@ once here, a method's own come from its registry entry (:class:`workbench.pipeli
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import textwrap
 from typing import Sequence
@@ -24,6 +25,13 @@ EXAMPLES = {
         "  workbench analyze attention --model deit_tiny_patch16_224 --checkpoint deit_tiny.safetensors "
         "--images skimage:astronaut,chelsea --out stores/deit.nc\n"
         "  workbench analyze attention --model deit_tiny_patch16_224 --img-size 384 --images skimage:coffee --out stores/deit384.nc"
+    ),
+    "compare": (
+        "workbench compare --teacher teacher-vit-demo --student FAR=far-vit-demo --student far_pruned-vit-demo "
+        "--images 'demo:val[15::31]' --out stores/far.nc\n"
+        "  workbench compare --teacher deit_tiny_patch16_224 --checkpoint deit_tiny.safetensors "
+        "--student small=deit_small_patch16_224 --checkpoint small=deit_small.safetensors "
+        "--images skimage:astronaut,chelsea,coffee,rocket --out stores/deit.nc"
     ),
     "inspect": "workbench inspect stores/vit.nc",
     "figures": "workbench figures --list\n  workbench figures --all\n  workbench figures --all --jobs 1\n"
@@ -88,7 +96,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--model", required=True, help="run id/dir or timm name")
     a.add_argument("--checkpoint", default=None, help="local weights for a timm name (.safetensors, .pt, .pth)")
     a.add_argument("--images", default="demo:val[:8]",
-                   help="image spec: demo:val[:16], skimage:astronaut,chelsea, or a folder (flat or class sub-folders)")
+                   help="image spec: demo:val[:16], demo:val[50::100] (a step: one digit per class), "
+                        "skimage:astronaut,chelsea, or a folder (flat or class sub-folders)")
     a.add_argument("--out", required=True, help="store path (.nc)")
     a.add_argument("--layers", default=None, help="comma-separated block indices (default: all)")
     a.add_argument("--img-size", type=int, default=None, help="input resolution for timm models (e.g. 384)")
@@ -97,6 +106,26 @@ def _parser() -> argparse.ArgumentParser:
                         "LSTM input")
     a.add_argument("--norm", default=None, choices=["l2", "l1"], help="dependency only: norm of the gradient (default l2)")
     _add_device(a)
+
+    c = add(sub, "compare", "Compare a teacher with compressed students (representations, token maps, predictions, "
+            "attributions and their faithfulness); write one xarray store.", EXAMPLES["compare"])
+    c.add_argument("--teacher", required=True, help="run id/dir or timm name")
+    c.add_argument("--student", action="append", required=True, metavar="[LABEL=]MODEL",
+                   help="a student: run id/dir or timm name, labelled LABEL (default: the reference); repeat for more")
+    c.add_argument("--checkpoint", action="append", default=[], metavar="[LABEL=]PATH",
+                   help="local weights of a timm-name model: PATH for the teacher, LABEL=PATH for the student LABEL; "
+                        "repeat for more")
+    c.add_argument("--images", default="demo:val[15::31]",
+                   help="image spec (default: 32 held-out digits of all ten classes, demo:val[15::31])")
+    c.add_argument("--out", required=True, help="store path (.nc)")
+    c.add_argument("--parts", default=None, help="comma-separated parts: cka, maps, predictions, attributions, "
+                                                 "faithfulness (default: all)")
+    c.add_argument("--ig-steps", type=int, default=None, help="Integrated Gradients nodes (default 50)")
+    c.add_argument("--steps", type=int, default=None, help="deletion / insertion steps (default 16)")
+    c.add_argument("--target", default=None, choices=["teacher", "own", "label"],
+                   help="class the attributions explain (default: the teacher's top-1)")
+    c.add_argument("--img-size", type=int, default=None, help="input resolution of timm-name models (e.g. 384)")
+    _add_device(c)
 
     i = add(sub, "inspect", "Summarise a store: variables, dims and provenance (checks that it opens).", EXAMPLES["inspect"])
     i.add_argument("store", help="path of a .nc store")
@@ -214,6 +243,42 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def _checkpoints(values: Sequence[str], labels: Sequence[str]) -> dict[str, str]:
+    """``--checkpoint`` values: ``LABEL=PATH`` for a model labelled LABEL, a bare ``PATH`` for the teacher."""
+    out: dict[str, str] = {}
+    for v in values:
+        label, sep, path = v.partition("=")
+        key, path = (label, path) if sep and label in labels else ("teacher", v)
+        if key in out:
+            raise ValueError(f"two checkpoints for {key!r}: {out[key]!r} and {path!r}")
+        out[key] = path
+    return out
+
+
+def cmd_compare(args) -> int:
+    from workbench.compare import parse_students, run_compare
+    from workbench.plots.compare import summary_frame
+    from workbench.store import open_store
+
+    students = parse_students(args.student)
+    opts = {k: getattr(args, k) for k in ("ig_steps", "steps", "target") if getattr(args, k) is not None}
+    if args.parts:
+        opts["parts"] = tuple(p.strip() for p in args.parts.split(",") if p.strip())
+    path = run_compare(args.teacher, students, args.images, args.out,
+                       checkpoints=_checkpoints(args.checkpoint, ["teacher", *students]), device=args.device,
+                       img_size=args.img_size, **opts)
+    ds = open_store(path)
+    print(summary_frame(ds).to_string(index=False))
+    for part, why in json.loads(ds.attrs.get("skipped", "{}")).items():
+        print(f"skipped {part}: {why}")
+    for part, per_model in json.loads(ds.attrs.get("notes", "{}")).items():
+        for model, why in per_model.items():
+            print(f"note, {part}, {model}: {why}")
+    ds.close()
+    print(f"wrote {path}")
+    return 0
+
+
 def cmd_inspect(args) -> int:
     from workbench.store import open_store
 
@@ -272,8 +337,8 @@ def cmd_figures(args) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handlers = {"info": cmd_info, "train": cmd_train, "analyze": cmd_analyze, "figures": cmd_figures,
-                "inspect": cmd_inspect, "run": cmd_run}
+    handlers = {"info": cmd_info, "train": cmd_train, "analyze": cmd_analyze, "compare": cmd_compare,
+                "figures": cmd_figures, "inspect": cmd_inspect, "run": cmd_run}
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:

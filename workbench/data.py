@@ -8,7 +8,9 @@ once, stratified and seeded, into 4000 training and 1000 held-out images. Photos
 
 An *image spec* selects images everywhere in the CLI:
 
-- ``demo:val[:16]`` / ``demo:train[100:200]`` / ``demo:val`` - the demo split (Python slice);
+- ``demo:val[:16]`` / ``demo:train[100:200]`` / ``demo:val`` - the demo split (Python slice, step included);
+  the split is in dataset order, which is sorted by class, so ``demo:val[:16]`` is sixteen zeros while
+  ``demo:val[50::100]`` is one digit of each class and ``demo:val[15::31]`` 32 digits spread over all ten;
 - ``skimage:astronaut,chelsea`` - named photos from ``skimage.data``;
 - ``/path/to/folder[:32]`` - a folder of images, optional slice: an ImageFolder (one sub-folder per
   class; labels from the folders) or a flat folder of images (labels unknown, -1), in name order.
@@ -319,17 +321,20 @@ class ImageBatch:
     source: DataSource  # dataset id and sample indices, for provenance
 
 
-_SLICE = re.compile(r"^(?P<base>.*?)(?:\[(?P<slice>-?\d*:?-?\d*)\])?$")
+_SLICE = re.compile(r"^(?P<base>.*?)(?:\[(?P<slice>-?\d*(?::-?\d*){0,2})\])?$")
 
 
 def _parse_slice(text: str | None, n: int) -> np.ndarray:
+    """Positions ``[0, n)`` selected by a Python index or slice ``a:b:c`` (the text between the brackets)."""
     if not text:
         return np.arange(n)
     if ":" not in text:
         i = int(text)
         return np.arange(n)[i : i + 1 if i != -1 else None]
-    a, b = text.split(":")
-    return np.arange(n)[slice(int(a) if a else None, int(b) if b else None)]
+    a, b, c = (text.split(":") + [""])[:3]
+    if c and int(c) == 0:
+        raise DataError(f"slice [{text}] has step 0; use a non-zero step, e.g. [::100]")
+    return np.arange(n)[slice(int(a) if a else None, int(b) if b else None, int(c) if c else None)]
 
 
 def load_images(
@@ -342,8 +347,8 @@ def load_images(
     """Load the images an image spec selects, sized and normalised for a model.
 
     Args:
-        spec: ``demo:val[:16]``, ``skimage:astronaut,chelsea``, or ``PATH[:N]`` (an ImageFolder or a flat
-            folder of images).
+        spec: ``demo:val[:16]``, ``demo:val[50::100]`` (a step), ``skimage:astronaut,chelsea``, or ``PATH[:N]``
+            (an ImageFolder or a flat folder of images).
         input_size: the model's ``(C, H, W)``.
         mean: per-channel normalisation mean (defaults: the demo's for 1 channel, ImageNet's for 3).
         std: per-channel normalisation std.

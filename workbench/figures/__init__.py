@@ -12,7 +12,10 @@ Every figure or table is two functions:
 The data functions are the preparation steps of ``workbench figures``
 (:mod:`workbench.figures.schedule`): a data function names the data it builds on (``after``), the
 scheduler runs them in dependency order in worker processes, then every figure is drawn from the
-stores alone (:mod:`workbench.figures.render`). A notebook calls the same functions::
+stores alone (:mod:`workbench.figures.render`). ``after`` may also be a function returning the ids,
+called when :func:`closure` asks (after :func:`load_all`): data whose inputs other modules register —
+the comparison (``compare.*``) needs every :data:`STUDENTS`' ``after``, whatever the import order. A
+notebook calls the same functions::
 
     ctx = Context("demo")
     fig = get("far.fig6")[0].draw(ctx)          # data (computed or read back) + plot
@@ -25,7 +28,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -42,9 +45,14 @@ class DataSpec:
 
     id: str  # e.g. "teacher.vit", "far.maps"
     make: Callable[["Context"], "xr.Dataset"]  # computes the Dataset (runs, analyses...)
-    after: tuple[str, ...] = ()  # data ids whose results it uses (computed first)
+    after: tuple[str, ...] | Callable[[], Iterable[str]] = ()  # data ids whose results it uses (computed first), or
+    # a function returning them, called by ``needs()`` once every figure module is imported (module docstring)
     exclusive: bool = False  # times models: run alone, after every other step, in the main process
     module: str = ""  # where it is registered (a spawned worker imports it)
+
+    def needs(self) -> tuple[str, ...]:
+        """The data ids it uses: ``after``, or what ``after()`` returns now."""
+        return tuple(self.after() if callable(self.after) else self.after)
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,8 @@ class StudentSpec:
     teacher: str  # demo teacher arch it was compressed from ("vit", "swin", "cnn")
     after: tuple[str, ...]  # data ids whose computation trains it
     run: Callable[["Context"], Any]  # fn(ctx) -> the student's Run (reused: the ``after`` data trained it)
+    deploy: Callable[[Any], Any] | None = None  # fn(model) -> its inference form, counted (MACs) and timed by
+    # compare.table1, for a run that saves its train form (e.g. a gated model whose pruned form skips work); None: as saved
 
 
 DATA: dict[str, DataSpec] = {}
@@ -79,21 +89,29 @@ FIGURES: dict[str, FigureSpec] = {}
 STUDENTS: dict[str, StudentSpec] = {}
 
 
-def dataset(id: str, *, after: tuple[str, ...] = (), exclusive: bool = False):
-    """Decorator registering ``fn(ctx) -> xr.Dataset`` as the data ``id`` (module docstring)."""
+def dataset(id: str, *, after: tuple[str, ...] | Callable[[], Iterable[str]] = (), exclusive: bool = False):
+    """Decorator registering ``fn(ctx) -> xr.Dataset`` as the data ``id`` (module docstring).
+
+    ``after``: the data ids it uses, or a function returning them (resolved by :func:`closure`).
+    """
 
     def deco(fn: Callable[["Context"], "xr.Dataset"]) -> Callable[["Context"], "xr.Dataset"]:
-        DATA[id] = DataSpec(id, fn, tuple(after), exclusive, fn.__module__)
+        DATA[id] = DataSpec(id, fn, after if callable(after) else tuple(after), exclusive, fn.__module__)
         return fn
 
     return deco
 
 
-def student(label: str, *, method: str, teacher: str, after: tuple[str, ...]):
-    """Decorator registering ``fn(ctx) -> Run`` as a student the comparison figures include (see :class:`StudentSpec`)."""
+def student(label: str, *, method: str, teacher: str, after: tuple[str, ...],
+            deploy: Callable[[Any], Any] | None = None):
+    """Decorator registering ``fn(ctx) -> Run`` as a student the comparison figures include (see :class:`StudentSpec`).
+
+    ``deploy``: ``fn(model) -> model``, the inference form of the run's saved model whose MACs and latency the
+    comparison reports (e.g. a pruned model built from a gated one); by default the saved model itself.
+    """
 
     def deco(fn: Callable[["Context"], Any]) -> Callable[["Context"], Any]:
-        STUDENTS[label] = StudentSpec(label, method, teacher, tuple(after), fn)
+        STUDENTS[label] = StudentSpec(label, method, teacher, tuple(after), fn, deploy)
         return fn
 
     return deco
@@ -134,17 +152,24 @@ def get(ids: list[str]) -> list[FigureSpec]:
 def closure(data_ids) -> dict[str, tuple[str, ...]]:
     """The data the ids need, with their dependencies: ``{id: after}`` (a graph for :mod:`graphlib`).
 
+    A data spec whose ``after`` is a function is resolved here, after :func:`load_all` (so every module's
+    registrations, e.g. :data:`STUDENTS`, are in).
+
     Raises:
         KeyError: a data id nobody registered (a figure module's mistake).
     """
     graph: dict[str, tuple[str, ...]] = {}
     todo = list(data_ids)
+    loaded = False
     while todo:
         i = todo.pop()
         if i in graph:
             continue
         if i not in DATA:
             raise KeyError(f"unknown figure data {i!r} (known: {', '.join(sorted(DATA))})")
-        graph[i] = DATA[i].after
-        todo += DATA[i].after
+        if callable(DATA[i].after) and not loaded:
+            load_all()
+            loaded = True
+        graph[i] = DATA[i].needs()
+        todo += graph[i]
     return graph

@@ -166,24 +166,34 @@ def _draw_in_worker(spec_id: str, profile: str, device: str, out_dir: str) -> li
 
 
 def write_index(out_dir: Path) -> Path:
-    """``index.md``: every item present in ``out_dir`` as a gallery, grouped by paper, provenance folded."""
+    """``index.md``: every item present in ``out_dir`` as a gallery, grouped by paper, provenance folded.
+
+    Layout: a contents list (one line per paper, linking its section and each of its items), then per paper a
+    section with every item: its id, a thumbnail linking the full-size PNG (a table inline), its caption, its files,
+    and its provenance under a folded ``<details>``. Papers come in :data:`PAPERS` order, unknown ones after.
+    """
     from workbench.provenance import now_iso, versions
 
-    entries = sorted((json.loads(p.read_text()) for p in out_dir.glob(".*.json")), key=lambda e: e["id"])
+    entries = sorted((json.loads(p.read_text()) for p in out_dir.glob(".*.json")), key=lambda e: _order(e["id"]))
     v = versions()
     lines = ["# Figures", "", f"Regenerate with `workbench figures --all`. Index written {now_iso()} by workbench "
              f"{v['workbench_version']} (torch {v['torch_version']}, timm {v['timm_version']}).", ""]
     papers = list(dict.fromkeys([p for p in PAPERS if any(e["paper"] == p for e in entries)]
                                 + [e["paper"] for e in entries]))
-    lines += ["Contents: " + " · ".join(f"[{PAPERS.get(p, p)}](#{p})" for p in papers), ""]
+    lines += ["## Contents", ""]
     for paper in papers:
-        lines += [f'<a id="{paper}"></a>', "", f"## {PAPERS.get(paper, paper)}", ""]
+        items = " · ".join(f"[{e['id'].partition('.')[2] or e['id']}](#{_anchor(e['id'])})"
+                           for e in entries if e["paper"] == paper)
+        lines.append(f"- [{PAPERS.get(paper, paper)}](#{_anchor(paper)}): {items}")
+    lines.append("")
+    for paper in papers:
+        lines += [f'<a id="{_anchor(paper)}"></a>', "", f"## {PAPERS.get(paper, paper)}", ""]
         for e in (e for e in entries if e["paper"] == paper):
-            lines += [f"### `{e['id']}` ({e['kind']}, profile {e['profile']})", ""]
+            lines += [f'<a id="{_anchor(e["id"])}"></a>', "", f"### `{e['id']}` ({e['kind']}, profile {e['profile']})", ""]
             png = next((f for f in e["files"] if f.endswith(".png")), None)
             md = next((f for f in e["files"] if f.endswith(".md")), None)
             if png:
-                lines += [f'<a href="{png}"><img src="{png}" width="420" alt="{e["id"]}"></a>', ""]
+                lines += [f'<a href="{png}"><img src="{png}" width="420" alt="{e["id"]}: {_alt(e["caption"])}"></a>', ""]
             elif md and (out_dir / md).exists():
                 lines += [(out_dir / md).read_text().replace("### ", "**", 1).replace("\n", "**\n", 1), ""]
             lines += [e["caption"], "", "Files: " + ", ".join(f"[{f}]({f})" for f in e["files"]), ""]
@@ -194,3 +204,21 @@ def write_index(out_dir: Path) -> Path:
                 lines.append("- " + "; ".join(f"{k}: `{val}`" for k, val in p.items() if val is not None))
             lines += ["", "</details>", ""]
     return atomic_write_text(out_dir / "index.md", "\n".join(lines))
+
+
+def _order(fig_id: str) -> tuple:
+    """Sort key: paper, then figures before tables, then numbers in numeric order (fig2 before fig10)."""
+    import re
+
+    paper, _, rest = fig_id.partition(".")
+    return (paper, rest.startswith("table"), [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", rest)])
+
+
+def _anchor(text: str) -> str:
+    """An HTML id for a paper or figure id (``far.fig4`` -> ``far-fig4``)."""
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)
+
+
+def _alt(caption: str, words: int = 12) -> str:
+    short = " ".join(caption.split()[:words])
+    return short.replace('"', "'") + ("…" if len(caption.split()) > words else "")

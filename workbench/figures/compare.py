@@ -1,0 +1,312 @@
+"""Teacher vs compressed, every method at once: ``compare.fig1``–``fig4`` and ``compare.table1``.
+
+Every method's figure module registers the students it trains with :func:`workbench.figures.student`
+(FAR: "FAR", "FAR†"; SlimSwin: "SlimSwin r=1/3", "SlimSwin r=2/3"; ...). Here they are grouped by the
+demo teacher they were compressed from, and each teacher is compared with all its students in one
+:func:`workbench.compare.compare_loaded` call (data ``compare.vit``, ``compare.swin``, ``compare.cnn``):
+the teacher's own parts (features, attention, attributions and their curves) are computed once per
+teacher, not once per pair.
+
+Which students: :data:`~workbench.figures.STUDENTS` is read when the scheduler asks for the data's
+dependencies (``after`` is a function, resolved by :func:`workbench.figures.closure` after every
+figure module is imported), so a method whose figure module registers students is compared here
+without an edit, whatever the import order. A teacher without students is skipped (its data holds
+no ``model`` dim and is not trained for).
+
+What is reused: the students' runs (trained by their methods' own steps, named in each student's
+``after``), their held-out accuracies (the runs' manifests); each comparison's Dataset is stored as
+figure data, so all five items draw from the four stores. CPU latency (``compare.latency``) is an
+exclusive step: it runs alone after every other step.
+
+Budget (:data:`BUDGETS`): on the demo, 32 held-out digits of all ten classes (``demo:val[15::31]``;
+the demo split is sorted by class, so ``demo:val[:32]`` would be all zeros), Integrated Gradients with 32
+Gauss–Legendre nodes (completeness gap ~1e-4 on the demo ViT), 16 deletion / insertion steps, IG and a random
+map only (what the figures show; Saliency and rollout are a ``workbench compare`` away); top-1 agreement and KL on
+all 1000 held-out digits (forward passes only).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from workbench.figures import STUDENTS, dataset, figure, load_all
+from workbench.figures.context import Context
+from workbench.plots.table import Table
+
+PAPER = "compare"
+#: demo teacher archs (``workbench train teacher --arch``), in the order the figures show them
+ARCHS = ("vit", "swin", "cnn")
+ARCH_TITLE = {"vit": "ViT teacher", "swin": "Swin teacher", "cnn": "CNN teacher"}
+TEACHER = "teacher"  # the teacher's ``model`` label
+
+
+@dataclass(frozen=True)
+class CompareBudget:
+    """How much of the comparison one profile computes."""
+
+    images: str  # image spec of the comparison (class-spread: the demo split is sorted by class)
+    agreement_images: str  # image spec of top-1 agreement and KL (forward passes only)
+    ig_steps: int  # Gauss–Legendre nodes of Integrated Gradients
+    steps: int  # deletion / insertion steps
+    latency_rounds: int  # timed rounds of compare.latency (each times every model once, interleaved)
+    attributions: tuple[str, ...] = ("integrated_gradients", "random")  # what the figures show: IG, random = chance
+
+
+BUDGETS = {
+    "demo": CompareBudget("demo:val[15::31]", "demo:val", ig_steps=32, steps=16, latency_rounds=40),
+    "smoke": CompareBudget("demo:val[50::200]", "demo:val[::8]", ig_steps=4, steps=4, latency_rounds=3),
+    "paper": CompareBudget("demo:val[15::31]", "demo:val", ig_steps=50, steps=16, latency_rounds=100),
+}
+
+
+def students_of(arch: str) -> list:
+    """The registered students (:class:`~workbench.figures.StudentSpec`) of the demo teacher ``arch``."""
+    load_all()
+    return [s for s in STUDENTS.values() if s.teacher == arch]
+
+
+def _needs(arch: str):
+    def needs() -> tuple[str, ...]:
+        studs = students_of(arch)
+        return (f"teacher.{arch}", *dict.fromkeys(a for s in studs for a in s.after)) if studs else ()
+
+    return needs
+
+
+def _needs_all() -> tuple[str, ...]:
+    return tuple(dict.fromkeys(a for arch in ARCHS for a in _needs(arch)()))
+
+
+def _models(ctx: Context, arch: str):
+    """The teacher run, the student runs ``{label: run}`` and the loaded models of ``arch``."""
+    from workbench.compare import load_models
+
+    teacher = ctx.teacher(arch)
+    runs = {s.label: ctx.use_run(s.run(ctx)) for s in students_of(arch)}
+    models = load_models(teacher.id, {k: r.id for k, r in runs.items()}, teacher_name=TEACHER, device=ctx.device)
+    return teacher, runs, models
+
+
+def deployed(arch: str, models) -> dict:
+    """label -> the model whose MACs and latency are reported: a student's deploy form where it registers one."""
+    specs = {s.label: s for s in students_of(arch)}
+    return {k: specs[k].deploy(m.model) if k in specs and specs[k].deploy is not None else m.model
+            for k, m in models.loaded.items()}
+
+
+# ---------------------------------------------------------------------------------------- data
+def _comparison(arch: str):
+    def make(ctx: Context) -> xr.Dataset:
+        from workbench.compare import compare_loaded
+        from workbench.pipelines.common import model_counts
+
+        if not students_of(arch):
+            return xr.Dataset(attrs={"arch": arch, "title": ARCH_TITLE[arch], "students": "[]"})
+        b = BUDGETS[ctx.profile.name]
+        teacher, runs, models = _models(ctx, arch)
+        ds = compare_loaded(models, b.images, ig_steps=b.ig_steps, steps=b.steps, attributions=b.attributions,
+                            infidelity=False)
+        held = compare_loaded(models, b.agreement_images, parts=("predictions",))
+        specs = {s.label: s for s in students_of(arch)}
+        order = list(ds["model"].values)
+        every = {TEACHER: teacher, **runs}
+        counts = {k: model_counts(m, models.input_size) for k, m in deployed(arch, models).items()}
+        ds = ds.assign(
+            val_acc=("model", [every[m].manifest["results"]["val_acc"] for m in order]),
+            params=("model", [counts[m]["params"] for m in order]),
+            macs=("model", [counts[m]["macs"] for m in order]),
+            heldout_agreement=("model", held["agreement"].sel(model=order).values),
+            heldout_kl=("model", held["kl_mean"].sel(model=order).values),
+            heldout_accuracy=("model", held["accuracy"].sel(model=order).values),
+        ).assign_coords(run=("model", [every[m].id for m in order]),
+                        method=("model", ["teacher" if m == TEACHER else specs[m].method for m in order]),
+                        deploy_form=("model", [int(m != TEACHER and specs[m].deploy is not None) for m in order]))
+        ds["val_acc"].attrs.update(units="fraction", long_name="held-out top-1 accuracy (the run's own evaluation)")
+        ds["macs"].attrs.update(units="MACs per image", long_name="methods.flops.count_macs")
+        return ds.assign_attrs(arch=arch, title=f"{ARCH_TITLE[arch]} ({teacher.id})", teacher_run=teacher.id,
+                               heldout_images=held.sizes["sample"], agreement_images=b.agreement_images,
+                               budget=json.dumps(asdict(b)), students=json.dumps(order[1:]))
+
+    make.__name__ = f"compare_{arch}"
+    return make
+
+
+for _arch in ARCHS:
+    dataset(f"compare.{_arch}", after=_needs(_arch))(_comparison(_arch))
+
+
+@dataset("compare.latency", after=_needs_all, exclusive=True)
+def latency_data(ctx: Context) -> xr.Dataset:
+    """Single-thread CPU latency at batch 1 of every teacher and student (median of interleaved rounds)."""
+    import torch
+
+    from methods.train import cpu_threads
+
+    rounds = BUDGETS[ctx.profile.name].latency_rounds
+    rows = []
+    for arch in ARCHS:
+        if not students_of(arch):
+            continue
+        _, runs, models = _models(ctx, arch)
+        cpu = {k: m.float().cpu().eval() for k, m in deployed(arch, models).items()}
+        x = torch.randn(1, *models.input_size, generator=torch.Generator().manual_seed(0))
+        times: dict[str, list[float]] = {k: [] for k in cpu}
+        with cpu_threads(1), torch.inference_mode():
+            for m in cpu.values():  # warm-up
+                for _ in range(3):
+                    m(x)
+            for _ in range(rounds):  # interleaved: a load spike hits every model alike
+                for k, m in cpu.items():
+                    t0 = time.perf_counter()
+                    m(x)
+                    times[k].append(1e3 * (time.perf_counter() - t0))
+        base = statistics.median(times[TEACHER])
+        for k, t in times.items():
+            rows.append({"arch": arch, "model": k, "ms": statistics.median(t), "ratio": statistics.median(t) / base})
+        ctx.log(f"  latency {arch}: " + ", ".join(f"{k} {statistics.median(t):.2f} ms" for k, t in times.items()))
+    from workbench.xrutils import rows_to_dataset
+
+    return rows_to_dataset(rows).assign_attrs(rounds=rounds, torch=str(torch.__version__))
+
+
+# ---------------------------------------------------------------------------------------- plots
+def _groups(*datasets: xr.Dataset) -> dict[str, xr.Dataset]:
+    return {ds.attrs["title"]: ds for ds in datasets if "model" in ds.dims}
+
+
+def plot_fig1(*datasets: xr.Dataset):
+    from workbench.plots.compare import plot_cka
+
+    return plot_cka(_groups(*datasets))
+
+
+def plot_fig2(*datasets: xr.Dataset):
+    from workbench.plots.compare import plot_map_agreement
+
+    return plot_map_agreement(_groups(*datasets))
+
+
+def plot_fig3(*datasets: xr.Dataset):
+    from workbench.plots.compare import plot_attributions
+
+    return plot_attributions(_groups(*datasets))
+
+
+def plot_fig4(*datasets: xr.Dataset):
+    from workbench.plots.compare import plot_faithfulness
+
+    return plot_faithfulness(_groups(*datasets))
+
+
+def _fmt_count(n: float) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
+
+
+def table1(*datasets: xr.Dataset) -> Table:
+    """One row per student of every method, its teacher's numbers beside (module docstring)."""
+    from workbench.plots.compare import matched_cka
+
+    *comparisons, lat = datasets
+    lat_rows = {(str(a), str(m)): float(r) for a, m, r in zip(lat["arch"].values, lat["model"].values,
+                                                               lat["ratio"].values)} if "arch" in lat else {}
+    rows, notes = [], []
+    for ds in comparisons:
+        if "model" not in ds.dims:
+            continue
+        arch = ds.attrs["arch"]
+        cka = matched_cka(ds).mean("teacher_layer", skipna=True)
+        t = {v: float(ds[v].sel(model=TEACHER)) for v in ("val_acc", "params", "macs")}
+        ig = "integrated_gradients"
+        del_t = float(ds["deletion_auc"].sel(model=TEACHER, attribution=ig).mean())
+        ins_t = float(ds["insertion_auc"].sel(model=TEACHER, attribution=ig).mean())
+        maps = ds["map_spearman_avg"].mean(["sample", "layer"]) if "map_spearman_avg" in ds else None
+        for m in ds["model"].values[1:]:
+            m = str(m)
+            sel = ds.sel(model=m)
+            kinds = sorted({str(k) for k in sel["map_measure"].values if str(k)}) if "map_measure" in ds.coords else []
+            rho = float(maps.sel(model=m)) if maps is not None else np.nan
+            ratio = lat_rows.get((arch, m))
+            rows.append({
+                "student": m, "method": str(sel["method"].values), "teacher": ds.attrs["teacher_run"],
+                "top-1 % (teacher)": f"{100 * float(sel['val_acc']):.1f} ({100 * t['val_acc']:.1f})",
+                "params (× teacher)": f"{_fmt_count(float(sel['params']))} ({float(sel['params']) / t['params']:.2f}×)",
+                "MACs (× teacher)": f"{_fmt_count(float(sel['macs']))} ({float(sel['macs']) / t['macs']:.2f}×)",
+                "CPU latency × teacher": "–" if ratio is None else f"{ratio:.2f}",
+                "CKA": f"{float(cka.sel(model=m)):.2f}",
+                "token-map ρ": "–" if not np.isfinite(rho) else f"{rho:.2f} ({'/'.join(kinds)})",
+                "top-1 agreement %": f"{100 * float(sel['heldout_agreement']):.1f}",
+                "KL (nats)": f"{float(sel['heldout_kl']):.3f}",
+                "IG deletion AUC ↓ (teacher)": f"{float(sel['deletion_auc'].sel(attribution=ig).mean()):.3f} ({del_t:.3f})",
+                "IG insertion AUC ↑ (teacher)": f"{float(sel['insertion_auc'].sel(attribution=ig).mean()):.3f} ({ins_t:.3f})",
+            })
+        if maps is not None and "saliency" in {str(k) for k in ds["map_measure"].sel(model=TEACHER).values}:
+            notes.append(f"{ds.attrs['title']}: the teacher's own gradient saliency against its attention scores "
+                         f"ρ = {float(maps.sel(model=TEACHER)):.2f}, the ceiling for students compared by saliency.")
+        same = [str(m) for m in ds["model"].values[1:] if float(ds["macs"].sel(model=m)) == t["macs"]
+                and not int(ds["deploy_form"].sel(model=m))]
+        if same:
+            notes.append(f"{', '.join(same)}: as many MACs as the teacher — the run saves its train form (e.g. gated, "
+                         "computing every pair) and the student registers no deploy form (figures.student(deploy=...)), "
+                         "so MACs and latency are of that form.")
+        missing = {k: v for k, v in json.loads(ds.attrs.get("notes", "{}")).get("maps", {}).items() if k != TEACHER}
+        if missing:
+            notes.append(f"{ds.attrs['title']}, no token maps: " + "; ".join(f"{k}: {v}" for k, v in missing.items()) + ".")
+        b = json.loads(ds.attrs["budget"])
+        notes.append(f"{ds.attrs['title']}: maps, CKA and faithfulness on {ds.sizes['sample']} held-out images "
+                     f"({ds.attrs['images']}); agreement and KL on {int(ds.attrs['heldout_images'])} "
+                     f"({ds.attrs['agreement_images']}); IG with {b['ig_steps']} nodes, {b['steps']} deletion steps.")
+    notes += [
+        "top-1: each run's own held-out evaluation (demo: 1000 digits). CKA: linear, debiased, token-averaged block "
+        "outputs, each teacher layer against the student layer at the same relative depth, mean over teacher layers. "
+        "token-map ρ: Spearman rank correlation of head-averaged token maps with the teacher's attention, mean over "
+        "layers and images; 'saliency' = the student's gradient-saliency dependency (attention-free blocks).",
+        "IG deletion / insertion AUC: area under the probability of the teacher's predicted class as the most attributed "
+        "pixels are deleted (lower = more faithful) or inserted into a blurred image (higher = more faithful), each "
+        "model with its own Integrated Gradients maps.",
+        "CPU latency: batch 1, one thread, median of " + (f"{int(lat.attrs['rounds'])} interleaved rounds"
+                                                          if "rounds" in lat.attrs else "interleaved rounds")
+        + ", measured alone after every other preparation step, PyTorch eager; MACs by methods.flops.count_macs.",
+    ]
+    frame = pd.DataFrame(rows) if rows else pd.DataFrame({"student": []})
+    profile = next((ds.attrs.get("profile") for ds in comparisons if ds.attrs.get("profile")), "")
+    return Table(frame, f"Teacher vs compressed, every method (profile {profile})", notes)
+
+
+# ---------------------------------------------------------------------------------------- figures
+_DATA = tuple(f"compare.{a}" for a in ARCHS)
+_WHO = ("every student registered by a method's figures (FAR, FAR†, SlimSwin r=1/3 and r=2/3, and the other "
+        "methods' students as they register), grouped by the demo teacher it was compressed from")
+figure("compare.fig1", paper=PAPER, data=_DATA, plot=plot_fig1,
+       caption="Linear CKA (debiased, float64) of block outputs averaged over tokens, teacher layer (rows) × student "
+               f"layer (columns), on 32 held-out digits of all ten classes, for {_WHO}. The first panel of a row is the "
+               "teacher against itself; dots mark the student layer at the same relative depth, whose mean is in each "
+               "title. Students of another depth (Non-deep) and other block types (FAR's BiLSTMs, SA-ResNet stages) line "
+               "up by the same measure.")
+figure("compare.fig2", paper=PAPER, data=_DATA, plot=plot_fig2,
+       caption="Token-map agreement with the teacher's attention, per teacher block: Spearman rank correlation (top) "
+               "and Jensen–Shannon divergence in bits (bottom) of head-averaged token-to-token maps, mean ± sd over the "
+               "images. Students with attention are compared by their attention probabilities; attention-free students "
+               "(FAR) by their gradient-saliency dependency, against which the teacher's own saliency-vs-attention "
+               "agreement (dashed) is the ceiling. Students without an attention hook are listed under the panel.")
+figure("compare.fig3", paper=PAPER, data=_DATA, plot=plot_fig3,
+       caption="Integrated Gradients (captum; 32 Gauss–Legendre nodes, baseline = the dataset mean) of the class the "
+               "teacher predicts, for four held-out digits of different classes: the digits on top, the teacher's maps "
+               "below them, then every student's; red = evidence for the class, blue = against, each map scaled to its "
+               "own largest |value|; ρ = the map's rank correlation with the teacher's map of the same image.")
+figure("compare.fig4", paper=PAPER, data=_DATA, plot=plot_fig4,
+       caption="Faithfulness of each model's own Integrated Gradients maps: probability of the teacher's predicted class "
+               "as the most attributed pixels are deleted (set to zero, top; lower area = more faithful) or inserted "
+               "into a blurred copy (bottom; higher area = more faithful), mean over 32 held-out digits, 16 steps, AUC "
+               "in the legend; grey dotted: the teacher with a random map (chance).")
+figure("compare.table1", paper=PAPER, kind="table", data=(*_DATA, "compare.latency"), plot=table1,
+       caption="One row per compressed model of every method: held-out top-1 beside its teacher's, parameters and MACs "
+               "(ratio to the teacher), single-thread CPU latency ratio to the teacher, mean CKA at matched depth, "
+               "token-map agreement, top-1 agreement and KL on the held-out set, and Integrated Gradients "
+               "deletion / insertion AUC beside the teacher's.")
