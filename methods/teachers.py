@@ -14,7 +14,6 @@ each trains to its accuracy target on the demo set in about a minute on a 2-core
 
 from __future__ import annotations
 
-
 import torch.nn as nn
 from timm.models import register_model
 from timm.models.resnet import BasicBlock, ResNet

@@ -13,8 +13,15 @@ os.environ["WORKBENCH_PROGRESS"] = "0"
 
 @pytest.fixture(scope="session", autouse=True)
 def workbench_home(tmp_path_factory):
-    """Every test session gets its own runs and stores directory; nothing touches ~/.cache."""
-    home = tmp_path_factory.mktemp("workbench_home")
+    """Every test session gets its own runs and stores directory; nothing touches ~/.cache.
+
+    Under pytest-xdist (``-n auto``) the workers of one session share it, so a smoke run that several test files use
+    is trained once (runs are locked per run id while trained; the other worker waits and reuses it)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        home = tmp_path_factory.getbasetemp().parent / "workbench_home"
+        home.mkdir(exist_ok=True)
+    else:
+        home = tmp_path_factory.mktemp("workbench_home")
     old = os.environ.get("WORKBENCH_HOME")
     os.environ["WORKBENCH_HOME"] = str(home)
     yield home

@@ -17,8 +17,8 @@ from timm.layers import Attention
 from timm.models.swin_transformer import SwinTransformer, window_partition
 from timm.models.vision_transformer import VisionTransformer
 
-from workbench.analysis import get_extractor
 from methods.hooks import run_with_cache
+from workbench.analysis import get_extractor
 from workbench.analysis.attention import extract_attention, extract_window_attention
 
 MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 import toy_method
+
 from workbench.cli import main
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]

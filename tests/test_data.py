@@ -2,8 +2,15 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.data import (DataError, DemoDataset, check_image_folder, demo_split_indices, image_folder, load_images,
-                            scan_image_folder)
+from workbench.data import (
+    DataError,
+    DemoDataset,
+    check_image_folder,
+    demo_split_indices,
+    image_folder,
+    load_images,
+    scan_image_folder,
+)
 
 
 def test_demo_split_fixed_stratified_disjoint():

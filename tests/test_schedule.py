@@ -6,9 +6,9 @@ import json
 import os
 import time
 
+import _figure_data  # noqa: F401  (registers the test.* data)
 import pytest
 
-import _figure_data  # noqa: F401  (registers the test.* data)
 from workbench.figures import DATA, DataSpec, closure
 from workbench.figures.schedule import prepare
 

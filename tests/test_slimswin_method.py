@@ -12,10 +12,10 @@ import timm
 import torch
 import torch.nn.functional as F
 from timm.models.swin_transformer import SwinTransformer, window_partition
+
 import methods.slimswin as ss
 import methods.teachers  # noqa: F401  (registers swin_demo)
 from methods.flops import count_macs
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

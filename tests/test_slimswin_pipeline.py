@@ -11,12 +11,12 @@ import torch.nn.functional as F
 import methods.slimswin as ss
 import methods.teachers  # noqa: F401
 from workbench.analysis.window_saliency import extract_window_saliency
-from workbench.window_views import accuracy, as_window_grid, layer_ratio
 from workbench.cli import main
 from workbench.models import load_model
 from workbench.pipelines import budget
 from workbench.pipelines.slimswin import load_history, load_masks, pruned_model, run_slimswin
 from workbench.runs import runs_root
+from workbench.window_views import accuracy, as_window_grid, layer_ratio
 
 
 def quiet(*_):

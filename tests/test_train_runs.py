@@ -249,8 +249,8 @@ def test_mixup_and_repeated_augmentation_resume_exactly(tmp_path):
 def test_paper_profile_trains_the_papers_backbone(tmp_path):
     """--profile paper: deit_small_patch16_224 at 224 on an ImageFolder with the DeiT recipe (one tiny epoch, CPU)."""
     from workbench.models import create_model, load_model
-    from workbench.pipelines.teacher import resolve_teacher, train_teacher
     from workbench.pipelines import budget
+    from workbench.pipelines.teacher import resolve_teacher, train_teacher
 
     root = _tiny_image_folder(tmp_path / "data")
     quiet = lambda *_: None  # noqa: E731

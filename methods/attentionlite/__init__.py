@@ -27,17 +27,52 @@ Typical use::
     kw = deploy_kwargs(sparse.weight_masks(), "sa_resnet_demo")         # timm.create_model("sa_resnet_column", **kw)
 """
 
-from .attention import (ColumnConv2d, ColumnLinear, LocalSelfAttention, local_attention_unfold, neighbour_dot,
-                        neighbour_mask, neighbour_mix)
-from .config import DEMO_RECIPE, PAPER_DENSITIES, SA_VARIANTS, DemoRecipe, DistillConfig, SAVariant, SparseConfig, VariantName
+from .attention import (
+                        ColumnConv2d,
+                        ColumnLinear,
+                        LocalSelfAttention,
+                        local_attention_unfold,
+                        neighbour_dot,
+                        neighbour_mask,
+                        neighbour_mix,
+)
+from .config import (
+                        DEMO_RECIPE,
+                        PAPER_DENSITIES,
+                        SA_VARIANTS,
+                        DemoRecipe,
+                        DistillConfig,
+                        SAVariant,
+                        SparseConfig,
+                        VariantName,
+)
 from .introspect import count_macs_sparse, count_params, layer_densities, query_attention, stage_at_maps
 from .losses import ATForm, Resize, SparseDistillationLoss, at_loss, at_map, kd_loss, stage_names
 from .paper import PAPER_TABLE1, PAPER_TABLE2, PaperRow, Reduction, cifar_resnet50, reductions, resnet50_cifar
-from .resnet import (SABottleneck, Stem, attention_layers, build_sa_resnet, sa_resnet, sa_resnet26, sa_resnet38,
-                     sa_resnet_demo)
+from .resnet import (
+                        SABottleneck,
+                        Stem,
+                        attention_layers,
+                        build_sa_resnet,
+                        sa_resnet,
+                        sa_resnet26,
+                        sa_resnet38,
+                        sa_resnet_demo,
+)
 from .shrink import deploy_kwargs, kept_columns, sa_resnet_column, shrink
-from .sparse import (PRUNINGS, Decay, Pruning, SparseMomentum, UpdateAt, check_density, check_pruning,
-                     column_masks_from_weights, prunable_layers, prune_rate, weight_masks_density)
+from .sparse import (
+                        PRUNINGS,
+                        Decay,
+                        Pruning,
+                        SparseMomentum,
+                        UpdateAt,
+                        check_density,
+                        check_pruning,
+                        column_masks_from_weights,
+                        prunable_layers,
+                        prune_rate,
+                        weight_masks_density,
+)
 
 __all__ = [
     "ATForm", "DEMO_RECIPE", "DemoRecipe",

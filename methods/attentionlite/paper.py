@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 import timm
-from timm.models import register_model
 import torch
 import torch.nn as nn
+from timm.models import register_model
 
 from .config import SA_VARIANTS
 from .introspect import count_macs_sparse, count_params

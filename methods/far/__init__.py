@@ -62,9 +62,9 @@ from .hoyer import (
 )
 from .latency import onnx_latency_ms, torch_latency_ms, uniform_keep_masks
 from .losses import SCHEDULES, FARLoss, similarity_loss
+from .lstm import DIRECTIONS, MultiHeadBiLSTM
 from .models import far_config, far_vit
 from .paper import PAPER_TABLE1_IMAGENET, PAPER_TABLE3, PAPER_UNIFORM_KEEP
-from .lstm import DIRECTIONS, MultiHeadBiLSTM
 from .replace import (
     block_outputs,
     capture_block_outputs,

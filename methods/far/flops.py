@@ -30,7 +30,6 @@ import torch.nn as nn
 
 from methods.flops import count_macs
 
-
 COMPONENTS: tuple[str, ...] = ("embed", "attn", "mlp", "norm", "head", "other")
 
 

@@ -93,7 +93,7 @@ def unit_group_norms(model: nn.Module, grouping: Grouping = "full") -> torch.Ten
     for _, sub in subs:
         w = sub.out_proj.weight
         per = []
-        for n, d, lstm, sl, orig in _iter_lstms(sub):
+        for _n, _d, lstm, sl, orig in _iter_lstms(sub):
             full = torch.full((sub.hidden_dim,), float("nan"), dtype=w.dtype, device=w.device)
             if lstm.hidden_size:
                 norms = _safe_sqrt(lstm_unit_sq_norms(lstm, w[:, sl], grouping))  # (h,)

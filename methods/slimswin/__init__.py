@@ -13,16 +13,44 @@ Transformers" (papers/004). Pure torch/timm; never imports ``workbench``.
 * :mod:`.macs` -- attention MACs under a mask (Table I) and a component-wise breakdown (Fig. 1).
 """
 
-from .gates import GatedWindowAttention, GateMode, add_gates, gate_probes, gated_modules, get_masks, is_gated, set_mask
-from .geometry import (SWIN_BASE, SWIN_DEMO, SWIN_TINY, SwinConfig, SwinLayerGeometry, WindowPosition, check_swin,
-                       swin_blocks, swin_layers, token_window_assignment, window_centers, window_positions)
-from .macs import (PAPER_ATTENTION_MACS, PAPER_RATIOS, PAPER_TABLE_I, PaperTableRow, attention_macs, sum_macs,
-                   swin_flops_breakdown, uniform_masks)
-from .models import slimswin_pruned, slimswin_swin
-from .pruned import PrunedWindowAttention, Rectangle, Strategy, pair_rectangles, rectangle_cost, to_pruned
 from .config import Exclude, SaliencyReduce, SlimSwinConfig
-from .prune import (PruneHistory, PruneStep, global_ranking, pairs_to_prune, prunable_layers, prune, prune_step,
-                    pruning_ratio)
+from .gates import GatedWindowAttention, GateMode, add_gates, gate_probes, gated_modules, get_masks, is_gated, set_mask
+from .geometry import (
+                       SWIN_BASE,
+                       SWIN_DEMO,
+                       SWIN_TINY,
+                       SwinConfig,
+                       SwinLayerGeometry,
+                       WindowPosition,
+                       check_swin,
+                       swin_blocks,
+                       swin_layers,
+                       token_window_assignment,
+                       window_centers,
+                       window_positions,
+)
+from .macs import (
+                       PAPER_ATTENTION_MACS,
+                       PAPER_RATIOS,
+                       PAPER_TABLE_I,
+                       PaperTableRow,
+                       attention_macs,
+                       sum_macs,
+                       swin_flops_breakdown,
+                       uniform_masks,
+)
+from .models import slimswin_pruned, slimswin_swin
+from .prune import (
+                       PruneHistory,
+                       PruneStep,
+                       global_ranking,
+                       pairs_to_prune,
+                       prunable_layers,
+                       prune,
+                       prune_step,
+                       pruning_ratio,
+)
+from .pruned import PrunedWindowAttention, Rectangle, Strategy, pair_rectangles, rectangle_cost, to_pruned
 from .saliency import kd_loss, window_head_saliency
 
 __all__ = [

@@ -37,8 +37,8 @@ from typing import Iterator, Literal, Sequence
 
 import torch
 from einops import rearrange
-from torch import nn
 from timm.models.swin_transformer import WindowAttention
+from torch import nn
 
 from .geometry import SwinLayerGeometry, swin_blocks, swin_layers, validate_layer_list
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 import torch
-from torch import nn
 from timm.models.swin_transformer import SwinTransformer, SwinTransformerBlock
+from torch import nn
 
 __all__ = [
     "SwinConfig",

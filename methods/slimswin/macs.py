@@ -42,9 +42,9 @@ from typing import Literal, NamedTuple, Sequence
 import torch
 from torch import nn
 
+from .config import Exclude
 from .gates import get_masks
 from .geometry import SwinConfig, swin_layers, validate_layer_list
-from .config import Exclude
 from .prune import prunable_layers
 
 __all__ = [

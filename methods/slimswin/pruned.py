@@ -38,8 +38,8 @@ from typing import Literal, Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 from timm.models.swin_transformer import WindowAttention
+from torch import nn
 
 from .gates import GatedWindowAttention, get_masks
 from .geometry import SwinLayerGeometry, check_swin, swin_blocks, swin_layers, validate_layer_list
@@ -206,7 +206,7 @@ class PrunedWindowAttention(nn.Module):
                 self.register_buffer(f"qkv_weight_{i}", w.contiguous())
                 self.register_buffer(f"qkv_bias_{i}", b)
                 self.register_buffer(f"attn_bias_{i}", biases[i])  # (G or 1, S, N, N)
-            for i, (windows, heads) in enumerate(self.proj_rects):
+            for i, (_windows, heads) in enumerate(self.proj_rects):
                 self.register_buffer(f"proj_weight_{i}", attn.proj.weight[:, head_channels(heads)].contiguous())
             pair_bias = [b.expand(len(w), len(h), n, n).reshape(-1, n, n) for b, (w, h) in zip(biases, self.qkv_rects)]
             self.register_buffer(  # (P, N, N): attention bias of every pair of one image, in QKV order
@@ -278,7 +278,7 @@ class PrunedWindowAttention(nn.Module):
         index = self._indices(batch, x.device)
         qkv = x.new_empty(3, batch * self.pair_bias.shape[0], n, d)  # (3, P_B, N, d) q, k, v of every pair
         start = 0
-        for i, (windows, heads) in enumerate(self.qkv_rects):
+        for i, (_windows, heads) in enumerate(self.qkv_rects):
             xr = x if self.dense else x.index_select(0, index[i])  # (B*G, N, C)
             t = F.linear(xr, getattr(self, f"qkv_weight_{i}"), getattr(self, f"qkv_bias_{i}"))  # (B*G, N, 3*S*d)
             size = xr.shape[0] * len(heads)
@@ -288,7 +288,7 @@ class PrunedWindowAttention(nn.Module):
         q, k, v = qkv.unbind(0)  # each (P_B, N, d)
         pairs = self._attention(q, k, v, batch, mask)  # (P_B, N, d)
         start, base = 0, len(self.qkv_rects)
-        for i, (windows, heads) in enumerate(self.proj_rects):
+        for i, (_windows, heads) in enumerate(self.proj_rects):
             rows, ids = index[base + 2 * i], index[base + 2 * i + 1]
             s = len(heads)
             if self.same_partition:  # pairs of this rectangle are contiguous

@@ -33,8 +33,8 @@ from einops import rearrange
 from methods.hooks import hook_points, run_with_cache
 from workbench.analysis import register
 from workbench.analysis.tokens import vit_token_layout, window_coords, window_grid, window_token_map_yx
-from workbench.xrutils import layer_config, pad_stack
 from workbench.provenance import config_json
+from workbench.xrutils import layer_config, pad_stack
 
 VIT_PATTERN = re.compile(r"blocks\.(?P<layer>\d+)(?:\.branches\.(?P<branch>\d+))?\.attn\.hook_pattern")
 SWIN_PATTERN = re.compile(r"layers\.(?P<stage>\d+)\.blocks\.(?P<block>\d+)\.attn\.hook_pattern")

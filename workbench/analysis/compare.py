@@ -89,7 +89,7 @@ def stack_maps(datasets: Mapping[str, xr.Dataset], *, normalize: Normalize = "no
     if not datasets:
         raise ValueError("no Datasets to stack")
     maps, cls_maps, measures, units = [], [], [], []
-    for label, ds in datasets.items():
+    for ds in datasets.values():
         full, cls, measure = _source(ds)
         da = _normalise(ds[full], ("key",), normalize)
         maps.append(da.rename("map"))

@@ -60,7 +60,7 @@ class CompareBudget:
 
 
 BUDGETS = {
-    "demo": CompareBudget("demo:val[15::31]", "demo:val", ig_steps=32, steps=16, latency_rounds=40),
+    "demo": CompareBudget("demo:val[15::31]", "demo:val", ig_steps=16, steps=16, latency_rounds=40),
     "smoke": CompareBudget("demo:val[50::200]", "demo:val[::8]", ig_steps=4, steps=4, latency_rounds=3),
     "paper": CompareBudget("demo:val[15::31]", "demo:val", ig_steps=50, steps=16, latency_rounds=100),
 }

@@ -44,8 +44,15 @@ def _student(index: int):
     return run
 
 
-student("SlimSwin r=1/3", method="slimswin", teacher="swin", after=("slimswin.sweep",))(_student(0))
-student("SlimSwin r=2/3", method="slimswin", teacher="swin", after=("slimswin.sweep",))(_student(-1))
+def _deploy(model):
+    """The deploy form of a gated SlimSwin model: attention computes only the kept window-head pairs."""
+    from methods.slimswin import to_pruned
+
+    return to_pruned(model)
+
+
+student("SlimSwin r=1/3", method="slimswin", teacher="swin", after=("slimswin.sweep",), deploy=_deploy)(_student(0))
+student("SlimSwin r=2/3", method="slimswin", teacher="swin", after=("slimswin.sweep",), deploy=_deploy)(_student(-1))
 
 
 # ---------------------------------------------------------------------------------------- data

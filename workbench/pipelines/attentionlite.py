@@ -31,7 +31,7 @@ import xarray as xr
 
 from methods.attentionlite import SA_VARIANTS, SparseDistillationLoss, check_density, check_pruning
 from workbench.models import create_model, read_state_dict
-from workbench.pipelines import Method, Option, budget, register_method, run_method
+from workbench.pipelines import Method, Option, register_method, run_method
 from workbench.pipelines.attentionlite_budgets import BUDGETS, AttentionLiteBudget
 from workbench.pipelines.attentionlite_run import RunSpec, sparse_distill
 from workbench.pipelines.common import run_tag, student_run, train_record

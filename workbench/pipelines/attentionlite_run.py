@@ -19,15 +19,31 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.nn as nn
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader
 
-from methods.attentionlite import (SparseDistillationLoss, SparseMomentum, count_macs_sparse, count_params, deploy_kwargs,
-                                   shrink, weight_masks_density)
-from methods.train import TrainConfig, TrainHook, atomic_save_safetensors, cpu_threads, evaluate, fit, is_main, resolve_device
+from methods.attentionlite import (
+    SparseDistillationLoss,
+    SparseMomentum,
+    count_macs_sparse,
+    count_params,
+    deploy_kwargs,
+    shrink,
+    weight_masks_density,
+)
+from methods.train import (
+    TrainConfig,
+    TrainHook,
+    atomic_save_safetensors,
+    cpu_threads,
+    evaluate,
+    fit,
+    is_main,
+    resolve_device,
+)
 from workbench.models import create_model
-from workbench.runs import Run, RunError
-
 from workbench.pipelines.attentionlite_budgets import AttentionLiteBudget
+from workbench.pipelines.common import limited
+from workbench.runs import Run, RunError
 
 if TYPE_CHECKING:
     from workbench.pipelines.teacher import TeacherRef
@@ -48,14 +64,6 @@ class RunSpec:
     density: float  # target parameter density d in (0, 1]
     at: bool  # attention-transfer loss on (KD+AT) or off (KD)
     seed: int  # initialisation, masks, shuffling
-
-
-class _IndexedSubset(Subset):
-    """A ``Subset`` that keeps the parent's batch ``collate_fn`` (the demo set's augmentation)."""
-
-    @property
-    def collate_fn(self):
-        return getattr(self.dataset, "collate_fn", None)
 
 
 class StepDecay(TrainHook):
@@ -87,19 +95,6 @@ class StepDecay(TrainHook):
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch = int(state["epoch"])
-
-
-def limited(train_set: Dataset, limit: int | None) -> Dataset:
-    """At most ``limit`` training images: the demo split's class-balanced head, else a fixed random subset."""
-    from workbench.data import DemoDataset
-
-    if limit is None or len(train_set) <= limit:
-        return train_set
-    if isinstance(train_set, DemoDataset):
-        return DemoDataset("train", train_transform=train_set.train_transform, limit=limit,
-                           input_size=tuple(train_set.images.shape[1:]))
-    idx = torch.randperm(len(train_set), generator=torch.Generator().manual_seed(0))[:limit].sort().values.tolist()
-    return _IndexedSubset(train_set, idx)
 
 
 def _macs(model: nn.Module, input_size: tuple[int, ...]) -> dict[str, float]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.nn as nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from methods.train import TrainConfig, evaluate, resolve_device
 from workbench.models import create_model, load_model, load_weights, read_state_dict
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from workbench.pipelines import RunRequest
     from workbench.pipelines.teacher import TeacherRef
 
-__all__ = ["RUNTIME_ONLY", "load_teacher", "teacher_record", "train_record", "method_data", "phase_logger",
+__all__ = ["RUNTIME_ONLY", "IndexedSubset", "limited", "load_teacher", "teacher_record", "train_record", "method_data", "phase_logger",
            "accuracy", "model_counts", "student_run", "run_tag"]
 
 #: TrainConfig fields that do not define a run's result (left out of its config, so changing them reuses the run).
@@ -52,6 +52,27 @@ def teacher_record(t: "TeacherRef") -> dict:
 def train_record(cfg: TrainConfig) -> dict:
     """A training config as recorded in a run's config (without the fields that do not change the result)."""
     return {k: v for k, v in asdict(cfg).items() if k not in RUNTIME_ONLY}
+
+
+class IndexedSubset(Subset):
+    """A ``Subset`` that keeps the parent's batch ``collate_fn`` (the demo set's augmentation)."""
+
+    @property
+    def collate_fn(self):
+        return getattr(self.dataset, "collate_fn", None)
+
+
+def limited(train_set: Dataset, limit: int | None) -> Dataset:
+    """At most ``limit`` training images: the demo split's class-balanced head, else a fixed random subset."""
+    from workbench.data import DemoDataset
+
+    if limit is None or len(train_set) <= limit:
+        return train_set
+    if isinstance(train_set, DemoDataset):
+        return DemoDataset("train", train_transform=train_set.train_transform, limit=limit,
+                           input_size=tuple(train_set.images.shape[1:]))
+    idx = torch.randperm(len(train_set), generator=torch.Generator().manual_seed(0))[:limit].sort().values.tolist()
+    return IndexedSubset(train_set, idx)
 
 
 def method_data(req: "RunRequest", model: nn.Module) -> tuple[Dataset, Dataset]:

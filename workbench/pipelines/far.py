@@ -33,8 +33,8 @@ import torch.nn as nn
 from torch.utils.data import DataLoader
 
 from methods.far import (
-    FARLoss,
     SCHEDULES,
+    FARLoss,
     apply_masks,
     count_flops,
     freeze_for_distillation,
@@ -47,11 +47,11 @@ from methods.far import (
     unfreeze_all,
 )
 from methods.train import TrainConfig, atomic_save_safetensors, cpu_threads, evaluate, fit, is_main, resolve_device
-from workbench.pipelines.far_budgets import BUDGETS, FARBudget, for_teacher
 from workbench.models import create_model, load_model, read_state_dict
-from workbench.pipelines.teacher import TeacherRef, resolve_teacher
 from workbench.pipelines import Method, Option, budget, register_method
-from workbench.pipelines.common import RUNTIME_ONLY, load_teacher, phase_logger, train_record
+from workbench.pipelines.common import RUNTIME_ONLY, limited, load_teacher, phase_logger, train_record
+from workbench.pipelines.far_budgets import BUDGETS, FARBudget, for_teacher
+from workbench.pipelines.teacher import TeacherRef, resolve_teacher
 from workbench.runs import Run, RunError, ensure_run, open_run
 
 __all__ = ["BUDGETS", "FARBudget", "run_far", "run_far_ablation", "far_run_id", "load_masks"]
@@ -132,7 +132,7 @@ def _counts(model: nn.Module) -> dict:
 
 
 def _far_body(t: TeacherRef, profile: str, schedule: str, phases: tuple[TrainConfig, TrainConfig], budget: FARBudget,
-              device: str, data: Optional[str]) -> Callable[[Run], dict]:
+              device: str, data: Optional[str], table3: bool = False) -> Callable[[Run], dict]:
     def body(run: Run) -> dict:
         with cpu_threads(phases[0].cpu_threads, device):
             return _far_phases(run)
@@ -141,6 +141,8 @@ def _far_body(t: TeacherRef, profile: str, schedule: str, phases: tuple[TrainCon
         dev = resolve_device(device)
         teacher = load_teacher(t, dev, frozen=False)
         train_set, val_set = _data(profile, data, teacher)
+        if table3:  # the Table 3 runs' own (smaller) share of the training set
+            train_set = limited(train_set, budget.ablation_train_images)
         distill_cfg, finetune_cfg = (_with_device(c, device) for c in phases)
         if schedule == "scratch" and budget.scratch_lr is not None:
             distill_cfg = replace(distill_cfg, lr=budget.scratch_lr)
@@ -308,8 +310,11 @@ def run_far_ablation(
     _check_teacher_is_vit(t)
     spent = for_teacher(budget("far", profile), profile, t.model_name)
     phases = spent.ablation
-    return ensure_run(far_run_id(t.tag, profile, schedule, table3=True), _config(t, profile, schedule, phases, spent, data, table3=True),
-                      _far_body(t, profile, schedule, phases, spent, device, data), force=force, log=log)
+    config = _config(t, profile, schedule, phases, spent, data, table3=True)
+    if spent.ablation_train_images is not None:
+        config["budget"]["train_images"] = spent.ablation_train_images
+    return ensure_run(far_run_id(t.tag, profile, schedule, table3=True), config,
+                      _far_body(t, profile, schedule, phases, spent, device, data, table3=True), force=force, log=log)
 
 
 def _check_teacher_is_vit(t: TeacherRef) -> None:

@@ -32,6 +32,7 @@ class FARBudget:
     drop_path: float = 0.0  # stochastic depth of the student during training (App. A.1: 0.1)
     far: FARConfig = FARConfig()  # substitute architecture and initialisation (§3.2)
     ablation: Optional[tuple[TrainConfig, TrainConfig]] = None  # (distill, finetune) of the Table 3 runs; None = the main ones
+    ablation_train_images: Optional[int] = None  # training images of the Table 3 runs (class-balanced); None = all
     scratch_lr: Optional[float] = None  # learning rate of the "scratch" (TFS) schedule, which trains a whole ViT; None = distill's
     table2_variants: tuple[str, ...] = ("tiny", "small", "base")  # real-size DeiT/FAR sizes timed for Table 2
     table2_sizes: tuple[int, ...] = (224, 384)  # input resolutions of Table 2
@@ -60,6 +61,7 @@ BUDGETS: dict[str, FARBudget] = {
         threshold=1e-4,
         far=FARConfig(out_init="zero"),
         ablation=(_tc(2, 1e-2, batch_size=16, warmup_epochs=1), _tc(0, 3e-4, batch_size=16)),
+        ablation_train_images=2000,
         scratch_lr=1e-3,
     ),
     # smoke: a few updates per phase, only to exercise the pipeline; the threshold makes sure some units go.

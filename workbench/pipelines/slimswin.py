@@ -42,10 +42,10 @@ import torch.nn as nn
 from methods.slimswin import SlimSwinConfig, check_swin, pairs_to_prune, prunable_layers, swin_layers
 from methods.train import resolve_device
 from workbench.models import create_model, load_model, read_state_dict
+from workbench.pipelines import Method, Option, budget, register_method
 from workbench.pipelines.slimswin_budgets import RECIPES, SlimSwinRecipe
 from workbench.pipelines.slimswin_run import prune_and_finetune
 from workbench.pipelines.teacher import TeacherRef, resolve_teacher
-from workbench.pipelines import Method, Option, budget, register_method
 from workbench.runs import Run, ensure_run, open_run
 
 __all__ = ["SlimSwinRecipe", "RECIPES", "run_slimswin", "run_sweep", "run_id", "load_masks",

@@ -17,26 +17,38 @@ from typing import TYPE_CHECKING, Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader, Dataset
 
-from methods.slimswin import (SlimSwinConfig, add_gates, attention_macs, check_swin, get_masks, kd_loss,
-                              prunable_layers, prune, sum_macs, swin_layers, window_head_saliency)
-from methods.train import TrainConfig, atomic_save_safetensors, cpu_threads, evaluate, fit, init_distributed, is_main, resolve_device
+from methods.slimswin import (
+    SlimSwinConfig,
+    add_gates,
+    attention_macs,
+    check_swin,
+    get_masks,
+    kd_loss,
+    prunable_layers,
+    prune,
+    sum_macs,
+    swin_layers,
+    window_head_saliency,
+)
+from methods.train import (
+    TrainConfig,
+    atomic_save_safetensors,
+    cpu_threads,
+    evaluate,
+    fit,
+    init_distributed,
+    is_main,
+    resolve_device,
+)
 from workbench.models import create_model, load_model, read_state_dict
-from workbench.runs import Run, RunError, atomic_write_text
-
+from workbench.pipelines.common import IndexedSubset
 from workbench.pipelines.slimswin_budgets import SlimSwinRecipe
+from workbench.runs import Run, RunError, atomic_write_text
 
 if TYPE_CHECKING:
     from workbench.pipelines.teacher import TeacherRef
-
-
-class _IndexedSubset(Subset):
-    """A ``Subset`` that keeps the parent's batch ``collate_fn`` (the demo set's augmentation)."""
-
-    @property
-    def collate_fn(self):
-        return getattr(self.dataset, "collate_fn", None)
 
 
 def _sample(n_total: int, n: int, seed: int) -> list[int]:
@@ -159,7 +171,7 @@ def _prune_and_finetune(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, re
 
     def saliency_fn(m: nn.Module, it: int) -> list[torch.Tensor]:
         idx = _sample(len(plain_train), n_sal, recipe.seed * 100_003 + 2 * (offset + it))  # d-hat
-        loader = DataLoader(_IndexedSubset(plain_train, idx), batch_size=recipe.saliency_batch)
+        loader = DataLoader(IndexedSubset(plain_train, idx), batch_size=recipe.saliency_batch)
         batches = ((x.to(dev), y.to(dev)) for x, y in loader)
         sal = _same_on_all_ranks(window_head_saliency(m, batches, F.cross_entropy, reduce=cfg.reduce))
         last_saliency[:] = [sal]
@@ -167,7 +179,7 @@ def _prune_and_finetune(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, re
 
     def finetune_fn(m: nn.Module, it: int) -> None:
         idx = _sample(len(train_set), n_ft, recipe.seed * 100_003 + 2 * (offset + it) + 1)  # D-hat
-        hist = fit(m, _IndexedSubset(train_set, idx), val_set if recipe.eval_iterations else None,
+        hist = fit(m, IndexedSubset(train_set, idx), val_set if recipe.eval_iterations else None,
                    replace(iter_cfg, seed=recipe.seed * 1000 + offset + it),
                    loss_fn=_kd_loss_fn(ref_model, cfg))
         last_metrics[:] = [hist[-1]]

@@ -88,8 +88,8 @@ def backbone(name: str) -> str:
 #: thread mostly adds synchronisation; `workbench figures` trains two of them side by side instead.
 _DEMO = {
     "vit": TrainConfig(epochs=24, batch_size=32, lr=1e-3, weight_decay=0.05, warmup_epochs=2, cpu_threads=1),
-    "swin": TrainConfig(epochs=16, batch_size=32, lr=2e-3, weight_decay=0.05, warmup_epochs=2, cpu_threads=1),
-    "cnn": TrainConfig(epochs=8, batch_size=32, lr=2e-3, weight_decay=0.05, warmup_epochs=1, cpu_threads=1),
+    "swin": TrainConfig(epochs=12, batch_size=32, lr=2e-3, weight_decay=0.05, warmup_epochs=2, cpu_threads=1),
+    "cnn": TrainConfig(epochs=6, batch_size=32, lr=2e-3, weight_decay=0.05, warmup_epochs=1, cpu_threads=1),
 }
 
 #: profile -> how it trains teachers.

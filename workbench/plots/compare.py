@@ -19,6 +19,7 @@ the order of the ``model`` coordinate, from the workbench palette.
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -168,7 +169,8 @@ def plot_cka(data: xr.Dataset | Mapping[str, xr.Dataset], *, estimator: str = "d
             ax.tick_params(labelsize=7, length=2)
             ax.set_xlabel(f"{'teacher' if c == 0 else 'student'} layer", fontsize=8)
             mean = float(np.nanmean([vals[i, matched_layer(i, n_t, depth)] for i in range(n_t)]))
-            ax.set_title(f"{m if c else 'teacher (itself)'}\nmatched mean {mean:.2f}", fontsize=8)
+            label = textwrap.fill(str(m), 26) if c else "teacher (itself)"  # long labels on two lines, not over the next panel
+            ax.set_title(f"{label}\nmatched mean {mean:.2f}", fontsize=8)
             if c == 0:
                 ax.set_ylabel(f"{gtitle}\nteacher layer", fontsize=8)
         for c in range(1 + len(_students(ds)), ncols):

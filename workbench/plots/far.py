@@ -31,7 +31,6 @@ from matplotlib.figure import Figure
 
 from workbench.plots.theme import ATTENTION_CMAP, MISSING_COLOR, PANEL_INCHES
 
-
 Normalize = Literal["none", "row"]
 
 

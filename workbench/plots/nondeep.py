@@ -167,6 +167,12 @@ def plot_similarity_summary(ds: xr.Dataset, variables: dict[str, str], *, title:
         for c, m in enumerate(models):
             a = axes[r, c]
             sub = _present(ds[var].sel(model=m))
+            if sub.sizes["layer"] == 0:  # nothing measured for this model (e.g. updates before any training)
+                a.text(0.5, 0.5, f"no {variables[var]}\nfor this model", ha="center", va="center",
+                       fontsize="small", color="0.4", transform=a.transAxes)
+                a.set_xticks([])
+                a.set_yticks([])
+                continue
             mean, lo, hi = pair_mean(sub)
             vals = mean.transpose("layer", "module").values
             n = int(np.isfinite(sub.isel(layer=0, module=0).values).any(axis=1).sum())
