@@ -135,7 +135,7 @@ def test_figures_smoke(pairs, tmp_path):
     out = tmp_path / "figs"
     assert main(["figures", "compare", "--profile", "smoke", "--device", "cpu", "--jobs", "1", "--out", str(out)]) == 0
     for fid in ("fig1", "fig2", "fig3", "fig4"):
-        assert (out / f"compare.{fid}.png").exists() and (out / f"compare.{fid}.pdf").exists(), fid
+        assert (out / f"compare.{fid}.png").exists(), fid
     table = pd.read_csv(out / "compare.table1.csv")
     assert table["student"].tolist() == [s for arch in ARCHS for s in (x.label for x in students_of(arch))]
     for _, row in table.iterrows():  # each student's accuracy is its run's, beside its teacher's

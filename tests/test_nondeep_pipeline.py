@@ -165,7 +165,7 @@ def test_nondeep_figures_smoke(student, tmp_path):
 
     out = tmp_path / "figs"
     assert main(["figures", "nondeep", "--profile", "smoke", "--device", "cpu", "--jobs", "1", "--out", str(out)]) == 0
-    for name in ("nondeep.fig3.png", "nondeep.fig4.png", "nondeep.fig5.png", "nondeep.fig6.pdf", "nondeep.attention.png",
+    for name in ("nondeep.fig3.png", "nondeep.fig4.png", "nondeep.fig5.png", "nondeep.fig6.png", "nondeep.attention.png",
                  "nondeep.table1.md", "nondeep.table5.csv", "nondeep.table10.md", "nondeep.table11.md",
                  "nondeep.exactness.md"):
         assert (out / name).exists(), name

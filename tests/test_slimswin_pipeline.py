@@ -243,7 +243,7 @@ def test_slimswin_figures_render(tmp_path, run033):
     out = tmp_path / "figs"
     assert main(["figures", "slimswin", "--profile", "smoke", "--device", "cpu", "--out", str(out)]) == 0
     for fid in ("fig1", "fig2", "fig3", "fig4", "fig6", "fig7"):
-        assert (out / f"slimswin.{fid}.png").exists() and (out / f"slimswin.{fid}.pdf").exists(), fid
+        assert (out / f"slimswin.{fid}.png").exists(), fid
     table = pd.read_csv(out / "slimswin.table1.csv")
     base = table[(table["model"] == "Swin-B @224") & (table["r"] == "unpruned")]
     assert abs(float(base["attention MACs"].iloc[0]) / 5.24e9 - 1) < 0.001

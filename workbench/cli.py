@@ -143,6 +143,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_device(f)
     f.add_argument("--force", action="store_true",
                    help="recompute analyses and figure data and redraw every figure (runs are reused)")
+    f.add_argument("--pdf", action="store_true", help="also write every figure as a vector PDF (default: PNG only)")
 
     r = add(sub, "run", "Run a compression method end to end (as resumable runs).", EXAMPLES["run"])
     rs = r.add_subparsers(dest="method", required=True)
@@ -327,7 +328,8 @@ def cmd_figures(args) -> int:
         written, reused = draw_all(specs, args.profile, args.out, jobs=min(args.jobs or default_jobs(args.device),
                                                                            len(specs)),
                                    device=args.device, reuse=not args.force, log=log,
-                                   on_done=lambda i: prog.advance(task))
+                                   on_done=lambda i: prog.advance(task),
+                                   formats=("png", "pdf") if args.pdf else ("png",))
     t2 = time.perf_counter()
     print(f"prepared {len(steps)} data in {t1 - t0:.0f} s ({jobs} job{'s' * (jobs > 1)}), drew {len(specs) - reused} "
           f"items in {t2 - t1:.0f} s ({reused} unchanged since they were drawn)")

@@ -59,6 +59,7 @@ from workbench.models import create_model, load_model
 from workbench.pipelines import Method, Option, RunRequest, register_method
 from workbench.pipelines.common import (
     accuracy,
+    limited,
     load_teacher,
     method_data,
     model_counts,
@@ -146,6 +147,8 @@ def plan(req: RunRequest, branches: int = 2, schedule: str | None = None, divers
     check_branches(depth, branches)
     if train_images is None:
         train_images = len(method_data(req, arch)[0])
+        if table5 and b.ablation_train_images is not None:
+            train_images = min(train_images, b.ablation_train_images)
     steps_per_epoch = max(1, math.ceil(train_images / join.batch_size))
     n_epochs = epochs if epochs is not None else _default_epochs(join, steps_per_epoch)
     steps = n_epochs * steps_per_epoch
@@ -239,6 +242,8 @@ def _branched_body(req: RunRequest, p: JoinPlan):
             dev = resolve_device(req.device)
             teacher = load_teacher(t, dev)
             train_set, val_set = method_data(req, teacher)
+            if p.table5:  # Table 5 rows train on the profile's (smaller) share of the training set
+                train_set = limited(train_set, b.ablation_train_images)
             model = branch(teacher, p.branches, rectify=p.join.rectify, base=t.model_name,
                            base_kwargs=t.model_kwargs).requires_grad_(True)
             join = ProgressiveJoin(p.join.schedule, p.join.warmup_steps).start(model)
@@ -324,7 +329,8 @@ def _baseline_body(req: RunRequest, p: JoinPlan):
 
 
 def _record(p: JoinPlan, b: NonDeepBudget, device: str) -> dict:
-    return {"join": asdict(p.join), "train": train_record(_train_config(p, b, device)), "branches": p.branches}
+    return {"join": asdict(p.join), "train": train_record(_train_config(p, b, device)), "branches": p.branches,
+            **({"train_images": b.ablation_train_images} if p.table5 and b.ablation_train_images else {})}
 
 
 def run_nondeep(req: RunRequest, branches: int = 2, schedule: str | None = None, diversity: float | None = None,

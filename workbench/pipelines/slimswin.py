@@ -127,7 +127,8 @@ def _config(teacher: TeacherRef, cfg: SlimSwinConfig, recipe: SlimSwinRecipe, pr
             "profile": profile, "data": data or "demo",
             "teacher": {"ref": teacher.ref, "checkpoint_sha256": teacher.sha256},
             "slimswin": asdict(cfg),
-            "recipe": {"batch_size": recipe.batch_size, "seed": recipe.seed}}
+            "recipe": {"batch_size": recipe.batch_size, "seed": recipe.seed,
+                       **({"final_train_images": recipe.final_train_images} if recipe.final_train_images else {})}}
 
 
 def _compatible_parent(parent: Run | None, config: dict, cfg: SlimSwinConfig, arch: nn.Module) -> Run | None:

@@ -26,6 +26,7 @@ class SlimSwinRecipe:
     progress: bool = True  # progress bar during the final fine-tune
     eval_iterations: bool = True  # held-out accuracy after every iteration (recorded in history.json)
     cpu_threads: int | None = None  # torch CPU threads during the run (None: torch's default; see RECIPES)
+    final_train_images: int | None = None  # images of the final fine-tune (class-balanced); None: the whole set (Alg. 1)
 
 
 #: profile -> recipe. ``paper`` is §V-B: AdamW 5e-5, wd 1e-4, KD alpha 0.7 / T 2, 15 final epochs with
@@ -36,7 +37,7 @@ RECIPES: dict[str, SlimSwinRecipe] = {
     # demo Swin (swin_demo), 144 prunable pairs; i = 8 reaches the paper's ratios exactly. Measurements: docs/budgets.md.
     "demo": SlimSwinRecipe(
         SlimSwinConfig(step_pairs=8, saliency_samples=256, finetune_fraction=0.25, final_epochs=1, lr=1e-3),
-        batch_size=64, ratios=PAPER_RATIOS, saliency_images="demo:val[:256]", cpu_threads=1,
+        batch_size=64, ratios=PAPER_RATIOS, saliency_images="demo:val[:256]", cpu_threads=1, final_train_images=2000,
     ),
     "smoke": SlimSwinRecipe(
         SlimSwinConfig(step_pairs=16, saliency_samples=32, finetune_fraction=0.25, final_epochs=1, lr=1e-3),

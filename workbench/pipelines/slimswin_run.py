@@ -43,7 +43,7 @@ from methods.train import (
     resolve_device,
 )
 from workbench.models import create_model, load_model, read_state_dict
-from workbench.pipelines.common import IndexedSubset
+from workbench.pipelines.common import IndexedSubset, limited
 from workbench.pipelines.slimswin_budgets import SlimSwinRecipe
 from workbench.runs import Run, RunError, atomic_write_text
 
@@ -205,7 +205,8 @@ def _prune_and_finetune(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, re
                             warmup_epochs=cfg.warmup_fraction * cfg.final_epochs, warmup_lr=cfg.min_lr,
                             min_lr=cfg.min_lr, seed=recipe.seed, device=str(dev), progress=recipe.progress)
     t1 = time.perf_counter()
-    final_hist = fit(model, train_set, val_set, final_cfg, loss_fn=_kd_loss_fn(ref_model, cfg),
+    final_set = limited(train_set, recipe.final_train_images)  # the demo's shorter final fine-tune
+    final_hist = fit(model, final_set, val_set, final_cfg, loss_fn=_kd_loss_fn(ref_model, cfg),
                      ckpt_dir=run.phase_dir("final"), on_epoch_end=run.log_epoch) if cfg.final_epochs > 0 else []
     after = evaluate(model, val_loader, dev)
     masks = get_masks(model)
