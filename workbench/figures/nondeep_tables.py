@@ -120,8 +120,8 @@ def table5(ds: xr.Dataset) -> Table:
         "Uncertainty: 95% Wilson interval of each accuracy over the held-out images; Δ is the difference to the "
         "linear ✓ "
         "row on the same images ± its paired standard error (sd of the per-image difference / √n). Neither includes "
-        "the run-to-run variation of training (seeds), which this budget does not sample "
-        "(docs/nondeep-demo-budgets.md measures it for one row).",
+        "the run-to-run variation of training (seeds), which this budget does not sample: differences of a point or two "
+        "between rows are within it.",
     ]
     inst, lin0, lin1 = _row(ds, "instant"), _row(ds, "linear", False), ref
     if inst is not None and lin0 is not None and ref is not None:

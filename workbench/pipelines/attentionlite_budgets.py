@@ -45,7 +45,7 @@ def _demo(epochs: int, **kw) -> TrainConfig:
 
 #: profile -> budgets.
 BUDGETS: dict[str, AttentionLiteBudget] = {
-    # demo: teacher-cnn-demo (97.8 %) -> sa_resnet_demo (54k parameters, 1/6 of the teacher) on MNIST-5k. Measured curves,
+    # demo: teacher-cnn-demo (97.1 %) -> sa_resnet_demo (54k parameters, 1/6 of the teacher) on MNIST-5k. Measured curves,
     # the β calibration and one-core costs: docs/attentionlite-demo-budgets.md. AdamW 1e-2 cosine converges in 3 short
     # epochs where §4.1's SGD 0.1 for 200 epochs cannot; β = 20 (β = 1000 swamps CE + KL: 39 % vs 88 % KD only).
     "demo": AttentionLiteBudget(

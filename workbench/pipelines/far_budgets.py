@@ -61,7 +61,6 @@ BUDGETS: dict[str, FARBudget] = {
         threshold=1e-4,
         far=FARConfig(out_init="zero"),
         ablation=(_tc(2, 1e-2, batch_size=16, warmup_epochs=1), _tc(0, 3e-4, batch_size=16)),
-        ablation_train_images=1500,
         scratch_lr=1e-3,
     ),
     # smoke: a few updates per phase, only to exercise the pipeline; the threshold makes sure some units go.

@@ -84,7 +84,7 @@ def backbone(name: str) -> str:
 
 
 #: Demo recipes, chosen from measured held-out curves over the seeded initialisation (docs/budgets.md): ViT 93.4-93.7%
-#: after 24 epochs, Swin 95.6% after 16, CNN 97.8% after 8. One CPU thread: these models are so small that a second
+#: after 24 epochs, Swin 94.7% after 12 (95.6% after 16), CNN 97.1% after 6 (97.8% after 8). One CPU thread: these models are so small that a second
 #: thread mostly adds synchronisation; `workbench figures` trains two of them side by side instead.
 _DEMO = {
     "vit": TrainConfig(epochs=24, batch_size=32, lr=1e-3, weight_decay=0.05, warmup_epochs=2, cpu_threads=1),
