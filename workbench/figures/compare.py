@@ -20,7 +20,7 @@ exclusive step: it runs alone after every other step.
 
 Budget (:data:`BUDGETS`): on the demo, 32 held-out digits of all ten classes (``demo:val[15::31]``;
 the demo split is sorted by class, so ``demo:val[:32]`` would be all zeros), Integrated Gradients with 16
-Gauss–Legendre nodes (relative completeness gap ~1e-5 on the demo ViT teacher; large for FAR, whose logits change
+Gauss–Legendre nodes (relative completeness gap ≤ 0.05 on the demo ViT teacher, 2e-6 at 50 nodes; large for FAR, whose logits change
 steeply along the path: table1 says where), 16 deletion / insertion steps, IG and a random
 map only (what the figures show; Saliency and rollout are a ``workbench compare`` away); top-1 agreement and KL on
 all 1000 held-out digits (forward passes only).
@@ -265,10 +265,11 @@ def table1(*datasets: xr.Dataset) -> Table:
             if loose:
                 notes.append(f"{ds.attrs['title']}: Integrated Gradients' relative completeness gap (max over images of |Σ attributions − "
                              "(f(x) − f(b))| / |f(x) − f(b)|) is large for " + ", ".join(f"{k} ({v:.2f})" for k, v in loose.items())
-                             + " against ≤ 0.05 for the others: their logit changes steeply over a short stretch of the "
-                             "straight path from the baseline (FAR's LSTM gates: a jump of ~4 logits within 2% of the "
-                             "path), which the Gauss–Legendre nodes under-sample; their maps and faithfulness AUCs are "
-                             "approximate (more nodes: workbench compare --ig-steps).")
+                             + f" (≤ 0.05 for the others; {json.loads(ds.attrs['budget'])['ig_steps']} nodes): their logits "
+                             "change steeply or jump along the straight path from the baseline (FAR's LSTM gates; "
+                             "Sparsifiner's top-k keeps another key set as the input grows), which the Gauss–Legendre "
+                             "nodes under-sample, so their IG maps and faithfulness AUCs are approximate (more nodes: "
+                             "workbench compare --ig-steps).")
         b = json.loads(ds.attrs["budget"])
         notes.append(f"{ds.attrs['title']}: maps, CKA and faithfulness on {ds.sizes['sample']} held-out images "
                      f"({ds.attrs['images']}); agreement and KL on {int(ds.attrs['heldout_images'])} "
