@@ -60,3 +60,23 @@ def smoke_teacher():
         return cache[arch]
 
     return get
+
+
+@pytest.fixture
+def private_runs(tmp_path, monkeypatch):
+    """``private_runs(*runs) -> runs dir``: a WORKBENCH_HOME of this test's own holding only ``runs`` (linked) and the
+    shared data cache, so "nothing was written" can be checked while other xdist workers write to the shared home."""
+    from workbench.runs import home
+
+    def make(*runs):
+        shared = home()
+        private = tmp_path / "private_home"
+        (private / "runs").mkdir(parents=True)
+        for run in runs:
+            (private / "runs" / run.id).symlink_to(run.dir, target_is_directory=True)
+        if (shared / "cache").exists():
+            (private / "cache").symlink_to(shared / "cache", target_is_directory=True)
+        monkeypatch.setenv("WORKBENCH_HOME", str(private))
+        return private / "runs"
+
+    return make

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 from workbench.cli import main
 from workbench.models import create_model, load_model, read_state_dict
-from workbench.runs import open_run, runs_root
+from workbench.runs import open_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
 
@@ -131,7 +131,7 @@ def test_interrupted_run_resumes_to_the_same_weights(irregular, teacher, tmp_pat
 # --------------------------------------------------------------------------- CLI and bad inputs
 
 
-def test_cli_run_analyze_and_bad_inputs(irregular, teacher, smoke_teacher, tmp_path, capsys):
+def test_cli_run_analyze_and_bad_inputs(irregular, teacher, smoke_teacher, tmp_path, capsys, private_runs):
     from workbench.pipelines import run_method
     from workbench.store import open_store
 
@@ -140,7 +140,8 @@ def test_cli_run_analyze_and_bad_inputs(irregular, teacher, smoke_teacher, tmp_p
     out = capsys.readouterr().out
     assert f"reusing complete run {irregular.id}" in out and "realised density 0.2500" in out
     vit = smoke_teacher("vit")
-    before = sorted(p.name for p in runs_root().iterdir())
+    root = private_runs(teacher, irregular, vit)
+    before = sorted(p.name for p in root.iterdir())
     for bad in ("1.5", "0", "-0.1", "nan"):
         with pytest.raises(SystemExit) as e:
             main(["run", "attentionlite", "--teacher", teacher.id, "--density", bad, "--profile", "smoke"])
@@ -161,7 +162,7 @@ def test_cli_run_analyze_and_bad_inputs(irregular, teacher, smoke_teacher, tmp_p
     assert main(["run", "attentionlite", "--teacher", "resnet18", "--checkpoint", str(weights), "--profile", "smoke"]) == 2
     err = capsys.readouterr().err
     assert "stages.0.hook_out: teacher (56, 56) vs student (224, 224)" in err and "--no-at" in err
-    assert sorted(p.name for p in runs_root().iterdir()) == before  # nothing written by the failures
+    assert sorted(p.name for p in root.iterdir()) == before  # nothing written by the failures
     # workbench analyze on a run: AT maps of the student line up with the teacher's
     paths = {}
     for ref in (teacher.id, irregular.id):

@@ -131,10 +131,11 @@ def test_cli_run_report_and_analyses(student, tmp_path, capsys):
     assert "no parallel blocks" in capsys.readouterr().err
 
 
-def test_bad_inputs_are_clear_errors_and_write_nothing(teacher, tmp_path, capsys):
+def test_bad_inputs_are_clear_errors_and_write_nothing(teacher, tmp_path, capsys, private_runs):
     from workbench.pipelines import run_method
 
-    before = sorted(p.name for p in runs_root().iterdir())
+    root = private_runs(teacher)
+    before = sorted(p.name for p in root.iterdir())
     with pytest.raises(ValueError, match=r"4 branches do not divide the teacher's depth 6.*choose n from \[1, 2, 3, 6\]"):
         run(teacher, branches=4)
     with pytest.raises(ValueError, match="--schedule must be one of linear, cosine"):
@@ -151,7 +152,7 @@ def test_bad_inputs_are_clear_errors_and_write_nothing(teacher, tmp_path, capsys
     save_file(create_model("cnn_demo").state_dict(), weights)
     with pytest.raises(ValueError, match="branches a timm VisionTransformer"):
         run_method("nondeep", "cnn_demo", "smoke", teacher_checkpoint=str(weights), **QUIET)
-    assert sorted(p.name for p in runs_root().iterdir()) == before
+    assert sorted(p.name for p in root.iterdir()) == before
     for argv, msg in ((["--branches", "0"], "expected a positive integer"), (["--schedule", "quadratic"], "invalid choice")):
         with pytest.raises(SystemExit) as e:
             main(["run", "nondeep", "--profile", "smoke", *argv])

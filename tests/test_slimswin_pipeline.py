@@ -15,7 +15,6 @@ from workbench.cli import main
 from workbench.models import load_model
 from workbench.pipelines import budget
 from workbench.pipelines.slimswin import load_history, load_masks, pruned_model, run_slimswin
-from workbench.runs import runs_root
 from workbench.window_views import accuracy, as_window_grid, layer_ratio
 
 
@@ -117,12 +116,13 @@ def test_chained_run_equals_a_run_from_the_teacher(run033, teacher):
 # --------------------------------------------------------------------------- CLI
 
 
-def test_cli_run_and_bad_inputs(run033, teacher, smoke_teacher, capsys):
+def test_cli_run_and_bad_inputs(run033, teacher, smoke_teacher, capsys, private_runs):
     assert main(["run", "slimswin", "--teacher", teacher.id, "--ratio", "0.33", "--profile", "smoke", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "reusing complete run slimswin-r0.33-swin-smoke" in out and "pruned 48/144" in out
     cnn = smoke_teacher("cnn")
-    before = sorted(p.name for p in runs_root().iterdir())
+    root = private_runs(teacher, cnn, run033)
+    before = sorted(p.name for p in root.iterdir())
     for ratio in ("1.5", "0", "1", "-0.2"):
         assert main(["run", "slimswin", "--teacher", teacher.id, "--ratio", ratio, "--profile", "smoke"]) == 2
         assert "(0, 1)" in capsys.readouterr().err
@@ -132,7 +132,7 @@ def test_cli_run_and_bad_inputs(run033, teacher, smoke_teacher, capsys):
     assert "--checkpoint" in capsys.readouterr().err
     assert main(["run", "slimswin", "--teacher", teacher.id, "--ratio", "0.9", "--step-pairs", "100", "--profile", "smoke"]) == 2
     assert "smaller --step-pairs" in capsys.readouterr().err
-    assert sorted(p.name for p in runs_root().iterdir()) == before  # nothing written by the failures
+    assert sorted(p.name for p in root.iterdir()) == before  # nothing written by the failures
 
 
 def test_cli_analyze_window_saliency(run033, tmp_path):

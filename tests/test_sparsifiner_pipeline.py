@@ -15,7 +15,7 @@ from methods.hooks import run_with_cache
 from workbench.cli import main
 from workbench.data import load_images
 from workbench.models import create_model, load_model, read_state_dict
-from workbench.runs import open_run, runs_root
+from workbench.runs import open_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
 
@@ -121,13 +121,14 @@ def test_resume_after_interruption(runs, tmp_path, monkeypatch):
     assert again.manifest["results"]["val_acc"] == reference.manifest["results"]["val_acc"]
 
 
-def test_cli_run_and_bad_inputs(runs, tmp_path, capsys):
+def test_cli_run_and_bad_inputs(runs, tmp_path, capsys, private_runs):
     teacher, _ = runs
     assert main(["run", "sparsifiner", "--keep-rate", "0.25", "--profile", "smoke", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "reusing complete run sparsifiner-k0.25-vit-smoke" in out
     assert "B = 13 of 50 keys per patch query, met exactly" in out
-    before = sorted(p.name for p in runs_root().iterdir())
+    root = private_runs(teacher)
+    before = sorted(p.name for p in root.iterdir())
     for bad in ("1.5", "0", "-0.1", "nan", "abc"):
         with pytest.raises(SystemExit) as e:  # argparse: refused before any teacher is trained
             main(["run", "sparsifiner", "--keep-rate", bad, "--profile", "smoke"])
@@ -144,7 +145,7 @@ def test_cli_run_and_bad_inputs(runs, tmp_path, capsys):
     assert main(["run", "sparsifiner", "--teacher", teacher.id, "--keep-rate", "0.25", "--linformer", "--renormalize",
                  "--profile", "smoke"]) == 2
     assert "--renormalize" in capsys.readouterr().err
-    assert sorted(p.name for p in runs_root().iterdir()) == before  # nothing written by the failures
+    assert sorted(p.name for p in root.iterdir()) == before  # nothing written by the failures
 
 
 def test_cli_analyze_and_extractors_against_recomputation(runs, batch, tmp_path):

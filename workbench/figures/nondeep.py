@@ -291,8 +291,8 @@ def plot_fig4(ds: xr.Dataset):
     from workbench.plots.nondeep import pair_mean, plot_similarity
 
     mean = pair_mean(ds["cosine"])[0]  # (model, layer, module)
-    first = ", ".join(f"{m.split(' ')[0]}: {float(mean.sel(model=m, layer=0, module='attn')):.2f}"
-                      for m in [str(v) for v in ds["model"].values])
+    first = ", ".join(f"{m.split(' ')[0]}{' trained at λ = 0' if 'train' in m else ''}: "
+                      f"{float(mean.sel(model=m, layer=0, module='attn')):.2f}" for m in [str(v) for v in ds["model"].values])
     rest = float(mean.where(~((mean.layer == 0) & (mean.module == "attn"))).mean())
     fig = plot_similarity(ds, "cosine", title="Fig. 4: branch output similarity before joining (cosine over D per "
                                               f"token, mean over tokens and {ds.attrs.get('n_images', '')} held-out "
