@@ -293,8 +293,9 @@ def table1(*datasets: xr.Dataset) -> Table:
 
 # ---------------------------------------------------------------------------------------- figures
 _DATA = tuple(f"compare.{a}" for a in ARCHS)
-_WHO = ("every student registered by a method's figures (FAR, FAR†, SlimSwin r=1/3 and r=2/3, and the other "
-        "methods' students as they register), grouped by the demo teacher it was compressed from")
+_WHO = ("every student registered by a method's figures (FAR and FAR†, Sparsifiner k=0.25 and 0.1, Non-deep 3×2 and "
+        "2×3, SlimSwin r=1/3 and 2/3, AttentionLite irregular and column), grouped by the demo teacher it was "
+        "compressed from")
 figure("compare.fig1", paper=PAPER, data=_DATA, plot=plot_fig1,
        caption="Linear CKA (debiased, float64) of block outputs averaged over tokens, teacher layer (rows) × student "
                f"layer (columns), on 32 held-out digits of all ten classes, for {_WHO}. The first panel of a row is the "
@@ -308,7 +309,7 @@ figure("compare.fig2", paper=PAPER, data=_DATA, plot=plot_fig2,
                "(FAR) by their gradient-saliency dependency, against which the teacher's own saliency-vs-attention "
                "agreement (dashed) is the ceiling. Students without an attention hook are listed under the panel.")
 figure("compare.fig3", paper=PAPER, data=_DATA, plot=plot_fig3,
-       caption="Integrated Gradients (captum; 32 Gauss–Legendre nodes, baseline = the dataset mean) of the class the "
+       caption=f"Integrated Gradients (captum; {BUDGETS['demo'].ig_steps} Gauss–Legendre nodes on the demo, baseline = the dataset mean) of the class the "
                "teacher predicts, for four held-out digits of different classes: the digits on top, the teacher's maps "
                "below them, then every student's; red = evidence for the class, blue = against, each map scaled to its "
                "own largest |value|; ρ = the map's rank correlation with the teacher's map of the same image.")
