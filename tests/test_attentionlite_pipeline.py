@@ -245,3 +245,20 @@ def test_figures_smoke(irregular, column, tmp_path):
     from workbench.figures import STUDENTS
 
     assert {"AttentionLite irregular d=0.25 KD+AT", "AttentionLite column d=0.5 KD+AT"} <= set(STUDENTS)
+
+
+def test_cnn_teacher_trains_and_teaches_in_channels_last_with_the_same_function(teacher):
+    """The CNN teacher is recorded, trained and loaded as a distillation target in channels-last memory format; its
+    logits equal those of the same weights in the default (contiguous) layout."""
+    from workbench.pipelines.common import load_teacher
+    from workbench.pipelines.teacher import resolve_teacher
+
+    assert open_run(teacher.id).config["memory_format"] == "channels_last"
+    frozen = load_teacher(resolve_teacher(teacher.id, "smoke", default_arch="cnn", family="CNN", log=lambda *_: None))
+    plain = load_model(teacher.id).model.eval()
+    conv = next(m for m in frozen.modules() if isinstance(m, torch.nn.Conv2d) and m.kernel_size != (1, 1) and m.in_channels > 1)
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last) and not conv.weight.is_contiguous()
+    x = torch.randn(8, 1, 28, 28, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got, want = frozen(x), plain(x)
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (got - want).abs().max()

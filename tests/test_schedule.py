@@ -105,3 +105,23 @@ def test_registered_figures_read_registered_data_in_a_graph():
     assert {"teacher.vit", "teacher.swin", "teacher.cnn"} <= set(graph)
     for spec in specs.values():
         assert spec.data and all(d in DATA for d in spec.data), spec.id
+
+
+def test_a_cold_start_schedules_by_the_shipped_estimates():
+    """Before any step was timed, the shipped demo estimates make the longest chain go first (not the most steps)."""
+    from workbench.figures import FIGURES, load_all
+    from workbench.figures.schedule import _priorities
+    from workbench.figures.step_estimates import ESTIMATES, estimate
+
+    load_all()
+    shared = {i: tuple(a for a in after if not DATA[a].exclusive)
+              for i, after in closure(sorted({d for f in FIGURES.values() for d in f.data})).items()
+              if not DATA[i].exclusive}
+    missing = sorted(i for i in shared if i not in ESTIMATES["demo"])
+    assert not missing, f"add these steps' measured seconds to workbench/figures/step_estimates.py: {missing}"
+    assert estimate("paper", "teacher.vit") == 1.0  # no estimate: one second, as before
+    prio = _priorities(shared, {i: estimate("demo", i) for i in shared})
+    # the ViT teacher heads the longest chain (FAR, Sparsifiner, Non-deep and the comparison wait for it)
+    roots = [i for i, after in shared.items() if not after]
+    assert max(roots, key=prio.get) == "teacher.vit"
+    assert prio["far.table3"] > prio["nondeep.memory"]  # a long step beats a short one with as long a chain of steps

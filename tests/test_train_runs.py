@@ -68,12 +68,18 @@ def test_run_reuse_resume_and_conflict():
         (run.dir / "model.safetensors").write_bytes(b"x")
         return {"val_acc": 0.5}
 
-    cfg = {"method": "teacher", "model_name": "vit_demo", "profile": "smoke", "lr": 1}
+    cfg = {"method": "teacher", "model_name": "vit_demo", "profile": "smoke", "lr": 1,
+           "train": {"epochs": 2, "eval_every": 1, "progress": True}}
     run = ensure_run("unit-run", cfg, body, log=lambda *_: None)
     assert run.status == "complete" and run.manifest["results"] == {"val_acc": 0.5}
     assert run.manifest["checkpoint_sha256"] and run.manifest["wall_time_s"] >= 0
     ensure_run("unit-run", cfg, body, log=lambda *_: None)
     assert calls == ["unit-run"]  # reused, not retrained
+    # what changes only the logging (nested anywhere) still names the same result; anything else does not
+    ensure_run("unit-run", {**cfg, "train": {"epochs": 2, "eval_every": 4, "progress": False}}, body, log=lambda *_: None)
+    assert calls == ["unit-run"]
+    with pytest.raises(RunError, match="different config"):
+        ensure_run("unit-run", {**cfg, "train": {"epochs": 3, "eval_every": 4}}, body, log=lambda *_: None)
     with pytest.raises(RunError, match="different config"):
         ensure_run("unit-run", {**cfg, "lr": 2}, body, log=lambda *_: None)
     ensure_run("unit-run", {**cfg, "lr": 2}, body, force=True, log=lambda *_: None)
@@ -297,3 +303,31 @@ def test_paper_profile_records_a_pretrained_checkpoint(tmp_path):
     assert all(torch.equal(v, imagenet[k]) for k, v in state.items() if not k.startswith("head."))
     with pytest.raises(ValueError, match="--checkpoint"):
         train_teacher("vit", "paper", data=str(root), model_name="deit-t", epochs=0, device="cpu", log=lines.append)
+
+
+@pytest.mark.parametrize("opt", ["adamw", "momentum"])
+def test_foreach_update_gives_the_per_tensor_loops_weights(opt):
+    """fit's ``foreach=True`` (methods.train.foreach_kw) leaves training bit for bit what the per-tensor loop computes."""
+    from timm.optim import create_optimizer_v2
+
+    from methods.far import replace_attention
+    from methods.train import foreach_kw
+
+    assert foreach_kw(opt) == {"foreach": True} and foreach_kw("lamb") == {}
+    torch.manual_seed(0)
+    base = replace_attention(timm.create_model("vit_demo"))  # LSTMs, norms, biases: many small tensors in two groups
+    models = {False: base, True: replace_attention(timm.create_model("vit_demo"))}
+    models[True].load_state_dict(base.state_dict())
+    start = {n: t.clone() for n, t in base.state_dict().items()}
+    opts = {k: create_optimizer_v2(m, opt=opt, lr=1e-2, weight_decay=0.05, foreach=k) for k, m in models.items()}
+    assert opts[True].defaults["foreach"] is True and opts[False].defaults["foreach"] is False
+    gen = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(4, 1, 28, 28, generator=gen), torch.randint(0, 10, (4,), generator=gen)) for _ in range(3)]
+    for k, model in models.items():
+        for x, y in batches:
+            opts[k].zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opts[k].step()
+    a, b = models[False].state_dict(), models[True].state_dict()
+    assert not torch.equal(a["head.weight"], start["head.weight"])  # the steps moved the weights
+    assert all(torch.equal(a[n], b[n]) for n in a), [n for n in a if not torch.equal(a[n], b[n])][:5]

@@ -56,6 +56,26 @@ def _canonical(config: dict) -> str:
     return json.dumps(config, sort_keys=True, default=str)
 
 
+#: Config keys (at any depth) that change only what a run logs, never its weights or results: how often the held-out
+#: set is evaluated (evaluation draws no random numbers; results read the last epoch, which is always evaluated),
+#: progress bars. A complete run whose config differs from the requested one only in these is reused.
+RESULT_NEUTRAL_KEYS = frozenset({"eval_every", "eval_iterations", "progress"})
+
+
+def _without_neutral(value):
+    if isinstance(value, dict):
+        return {k: _without_neutral(v) for k, v in value.items() if k not in RESULT_NEUTRAL_KEYS}
+    if isinstance(value, (list, tuple)):
+        return [_without_neutral(v) for v in value]
+    return value
+
+
+def same_result_config(stored: dict, requested: dict) -> bool:
+    """Whether two run configs define the same result (they may differ in :data:`RESULT_NEUTRAL_KEYS`)."""
+    return _canonical(_without_neutral(json.loads(_canonical(stored)))) == _canonical(
+        _without_neutral(json.loads(_canonical(requested))))
+
+
 @dataclass
 class Run:
     """A run directory. ``config`` is what defines the result; ``manifest`` what happened."""
@@ -192,7 +212,8 @@ def _run_lock(run_id: str, log: Callable[[str], None]):
 def _ensure_locked(run_id, run_dir: Path, config: dict, config_sha: str, body, log) -> Run:
     if (run_dir / "manifest.json").exists():
         run = Run(run_dir)
-        same = run.manifest.get("config_sha256") == config_sha
+        same = run.manifest.get("config_sha256") == config_sha or (
+            (run_dir / "config.json").exists() and same_result_config(run.config, config))
         if run.status == "complete" and same:
             log(f"reusing complete run {run_id} ({run.dir})")
             return run

@@ -6,7 +6,8 @@ form a dependency graph (FAR's data after the ViT teacher's, SlimSwin's after th
 so :func:`prepare` walks it with :class:`graphlib.TopologicalSorter` in a ``multiprocessing`` pool
 of ``jobs`` spawned workers (not forked: torch and fork do not mix), each on ``cores // jobs``
 threads. Among the ready steps it starts the one with the longest remaining chain, measured in the
-seconds each step took last time (remembered per profile; a step never timed counts one second).
+seconds each step took last time (remembered per profile; a step never timed here counts its estimate from
+:mod:`workbench.figures.step_estimates`, or one second).
 Workers log through :class:`logging.handlers.QueueHandler`; the parent prints their lines and
 per-epoch metrics. The first failure terminates the pool (runs checkpoint every epoch, so the same
 command resumes). Steps that time models (``exclusive=True``) run afterwards, alone, in this process.
@@ -73,9 +74,12 @@ def prepare(ids: Iterable[str], *, jobs: int, profile: str = "demo", device: str
 
     from workbench.runs import home
 
+    from workbench.figures.step_estimates import estimate
+
     graph = closure(ids)
     times_file = home() / "stores" / profile / "step_seconds.json"
-    seconds = json.loads(times_file.read_text()) if times_file.exists() else {}
+    recorded = json.loads(times_file.read_text()) if times_file.exists() else {}
+    seconds = {**{i: estimate(profile, i) for i in graph}, **recorded}  # a step never timed here: the shipped estimate
     took: dict[str, float] = {}
 
     def finished(i: str, sec: float) -> None:
@@ -112,7 +116,7 @@ def prepare(ids: Iterable[str], *, jobs: int, profile: str = "demo", device: str
         if took:
             from methods.io import atomic_write_text
 
-            atomic_write_text(times_file, json.dumps({**seconds, **took}, indent=1, sort_keys=True))
+            atomic_write_text(times_file, json.dumps({**recorded, **took}, indent=1, sort_keys=True))
     return took
 
 

@@ -217,7 +217,8 @@ def _train_config(p: JoinPlan, b: NonDeepBudget, device: str) -> TrainConfig:
     j = p.join
     return TrainConfig(epochs=p.epochs, batch_size=j.batch_size, lr=j.lr, weight_decay=j.weight_decay,
                        warmup_epochs=b.warmup_epochs, min_lr=j.lr * b.min_lr_ratio, label_smoothing=b.label_smoothing,
-                       seed=b.seed, device=device, amp=b.amp, progress=b.progress, cpu_threads=b.cpu_threads)
+                       seed=b.seed, device=device, amp=b.amp, progress=b.progress, cpu_threads=b.cpu_threads,
+                       eval_every=b.eval_every)
 
 
 def _loss(teacher: nn.Module, j: JoinConfig, p: JoinPlan, b: NonDeepBudget, branches: bool) -> NonDeepLoss:

@@ -208,7 +208,8 @@ def _prune_and_finetune(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, re
     final_set = limited(train_set, recipe.final_train_images)  # the demo's shorter final fine-tune
     final_hist = fit(model, final_set, val_set, final_cfg, loss_fn=_kd_loss_fn(ref_model, cfg),
                      ckpt_dir=run.phase_dir("final"), on_epoch_end=run.log_epoch) if cfg.final_epochs > 0 else []
-    after = evaluate(model, val_loader, dev)
+    # the final fine-tune's last epoch evaluated this very model on the held-out set; without one, evaluate here
+    after = final_hist[-1] if final_hist and "val_acc" in final_hist[-1] else evaluate(model, val_loader, dev)
     masks = get_masks(model)
 
     # --- outputs: weights (with masks), masks, history (rank 0 writes)

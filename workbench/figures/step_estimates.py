@@ -1,0 +1,65 @@
+"""How long each preparation step of ``workbench figures`` takes, for scheduling a cold start.
+
+:func:`workbench.figures.schedule.prepare` starts, among the ready steps, the one with the longest remaining
+chain of work. It measures every step and remembers the seconds in the home (``stores/<profile>/step_seconds.json``);
+before the first run there is nothing to remember, so these estimates stand in. Without them every step counts one
+second and a cold ``workbench figures --all`` on two cores leaves one idle for the last minute (simulated over the
+measured times: 895 s for the shared steps instead of 857). Measured in a cold ``workbench figures --all
+--profile demo`` on the 2-core development machine (seconds of one core; a step missing here counts one second).
+"""
+
+from __future__ import annotations
+
+#: profile -> data id -> seconds.
+ESTIMATES: dict[str, dict[str, float]] = {
+    "demo": {
+        "attentionlite.at_maps": 2,
+        "attentionlite.density": 1,
+        "attentionlite.fig2": 72,
+        "attentionlite.fig3": 85,
+        "attentionlite.local_attention": 1,
+        "attentionlite.paper_size": 12,
+        "attentionlite.table1": 1,
+        "attentionlite.table2": 1,
+        "compare.cnn": 22,
+        "compare.latency": 7,
+        "compare.swin": 18,
+        "compare.vit": 45,
+        "far.agreement": 1,
+        "far.maps": 2,
+        "far.retention": 1,
+        "far.runs": 207,
+        "far.table2": 51,
+        "far.table3": 230,
+        "nondeep.attention": 1,
+        "nondeep.baselines": 33,
+        "nondeep.exactness": 19,
+        "nondeep.fig4": 14,
+        "nondeep.fig5": 1,
+        "nondeep.fig6": 2,
+        "nondeep.memory": 18,
+        "nondeep.schedules": 0,
+        "nondeep.students": 88,
+        "nondeep.table1": 9,
+        "nondeep.table5": 63,
+        "slimswin.breakdown": 0,
+        "slimswin.masks": 2,
+        "slimswin.saliency": 1,
+        "slimswin.sweep": 126,
+        "slimswin.table1": 0,
+        "sparsifiner.agreement": 2,
+        "sparsifiner.basis": 1,
+        "sparsifiner.flops": 0,
+        "sparsifiner.maps": 1,
+        "sparsifiner.runs": 115,
+        "teacher.attention": 0,
+        "teacher.cnn": 101,
+        "teacher.swin": 169,
+        "teacher.vit": 256,
+    },
+}
+
+
+def estimate(profile: str, step: str) -> float:
+    """Seconds ``step`` is expected to take under ``profile`` (one when unknown)."""
+    return ESTIMATES.get(profile, {}).get(step, 1.0)
