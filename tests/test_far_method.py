@@ -414,3 +414,22 @@ def test_uniform_keep_masks_and_latency(teacher):
     small = shrink(student, masks)
     assert all(s.hidden_sizes() == [(8, 8), (8, 8)] for _, s in substitutes(small))
     assert torch_latency_ms(small, 32, repeats=2, warmup=1) > 0
+
+
+def test_latencies_are_timed_round_robin():
+    """torch_latencies_ms times one forward of each model in turn per round (a load change hits all alike)."""
+    from methods.far.latency import torch_latencies_ms
+
+    calls = []
+
+    class Tagged(nn.Module):
+        def __init__(self, tag):
+            super().__init__()
+            self.tag, self.proj = tag, nn.Conv2d(3, 4, 1)
+
+        def forward(self, x):
+            calls.append(self.tag)
+            return self.proj(x)
+
+    ms = torch_latencies_ms({"a": Tagged("a"), "b": Tagged("b")}, 8, repeats=3, warmup=1)
+    assert calls == ["a", "b"] * 4 and set(ms) == {"a", "b"} and all(v > 0 for v in ms.values())

@@ -54,10 +54,12 @@ def test_a_function_after_is_resolved_when_the_closure_is_asked_for(monkeypatch)
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_each_step_once_after_its_dependencies_then_exclusive_ones_alone(fresh_home, jobs):
-    lines, done = [], []
+    lines, done, before = [], [], []
     took = prepare(["test.d", "test.timing"], jobs=jobs, log=lines.append, profile="smoke", device="cpu",
-                   on_done=lambda i, s: done.append(i))
+                   on_done=lambda i, s: done.append(i), before_exclusive=lambda ex: before.append((ex, list(done))))
     rec = _records(fresh_home)
+    # told of the timing steps once every other step is done, before they run (workbench figures starts drawing there)
+    assert before == [(["test.timing"], [i for i in done if i != "test.timing"])] and done[-1] == "test.timing"
     assert set(rec) == set(took) == set(done) == {"test.a", "test.b", "test.c", "test.d", "test.timing"}
     assert len(fresh_home.read_text().splitlines()) == 5  # each step once
     assert rec["test.b"]["start"] >= rec["test.a"]["end"]

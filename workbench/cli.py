@@ -297,7 +297,7 @@ def cmd_figures(args) -> int:
     from rich.table import Table
 
     from workbench import figures as F
-    from workbench.figures.render import draw_all
+    from workbench.figures.render import BackgroundDraw, draw_all
     from workbench.figures.schedule import default_jobs, prepare
 
     if args.list:
@@ -321,18 +321,35 @@ def cmd_figures(args) -> int:
             prog.console.print(line, markup=False, highlight=False)
 
         task = prog.add_task(f"prepare ({jobs} job{'s' * (jobs > 1)})", total=len(steps))
+        fig_task = prog.add_task("figures", total=len(specs), start=False)
+        formats = ("png", "pdf") if args.pdf else ("png",)
+        early: list = []  # figures drawn beside the timing steps (they need none of their data)
+        background: list[BackgroundDraw] = []
+
+        def draw_beside(exclusive: list[str]) -> None:
+            if not exclusive or jobs <= 1:
+                return
+            early[:] = [s for s in specs if not set(F.closure(s.data)) & set(exclusive)]
+            log(f"drawing {len(early)} figures beside the {len(exclusive)} timing steps (one process)")
+            prog.start_task(fig_task)
+            background.append(BackgroundDraw(early, args.profile, args.out, device=args.device, reuse=not args.force,
+                                             formats=formats, on_done=lambda i: prog.advance(fig_task)))
+
         prepare(steps, jobs=jobs, profile=args.profile, device=args.device, force=args.force, log=log,
-                on_done=lambda i, sec: prog.advance(task))
+                on_done=lambda i, sec: prog.advance(task), before_exclusive=draw_beside)
         t1 = time.perf_counter()
-        task = prog.add_task("figures", total=len(specs))
-        written, reused = draw_all(specs, args.profile, args.out, jobs=min(args.jobs or default_jobs(args.device),
-                                                                           len(specs)),
-                                   device=args.device, reuse=not args.force, log=log,
-                                   on_done=lambda i: prog.advance(task),
-                                   formats=("png", "pdf") if args.pdf else ("png",))
+        prog.start_task(fig_task)
+        written, reused = background[0].result() if background else ([], 0)
+        late = [s for s in specs if s not in early]
+        more, reused_late = draw_all(late, args.profile, args.out, jobs=min(args.jobs or default_jobs(args.device),
+                                                                            max(1, len(late))),
+                                     device=args.device, reuse=not args.force, log=log,
+                                     on_done=lambda i: prog.advance(fig_task), formats=formats)
+        written, reused = written + more, reused + reused_late
     t2 = time.perf_counter()
+    beside = f", {len(early)} of them beside the timing steps" if early else ""
     print(f"prepared {len(steps)} data in {t1 - t0:.0f} s ({jobs} job{'s' * (jobs > 1)}), drew {len(specs) - reused} "
-          f"items in {t2 - t1:.0f} s ({reused} unchanged since they were drawn)")
+          f"items ({reused} unchanged since they were drawn{beside}); {t2 - t1:.0f} s after the preparation")
     print(f"wrote {len(written)} files to {args.out}/ (gallery: {args.out}/index.md)")
     return 0
 

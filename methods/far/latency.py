@@ -3,7 +3,8 @@
 Paper: Ren et al., "Is Attention Required for Transformer Inference? Explore Function-preserving
 Attention Replacement", App. A.4: ONNX Runtime on one thread (``OMP_NUM_THREADS=1``, no memory
 arena, AVX2), batch 1, median of 100 runs after 30 warm-up runs. :func:`torch_latency_ms` is the
-same protocol in PyTorch with fewer runs (figures use median of 3 after 1 warm-up);
+same protocol in PyTorch with fewer runs; :func:`torch_latencies_ms` times several models round-robin (the figures:
+median of 3 rounds of DeiT, FAR and FAR† after the MAC count's forward);
 :func:`onnx_latency_ms` exports with ``torch.onnx.export`` (TorchScript exporter, ``dynamo=False``;
 each ``nn.LSTM`` becomes one ONNX ``LSTM`` node) and times an ``onnxruntime`` session.
 
@@ -59,6 +60,25 @@ def torch_latency_ms(model: nn.Module, img_size: int, *, repeats: int = 3, warmu
             model(x)
             times.append(1e3 * (time.perf_counter() - start))
     return statistics.median(times)
+
+
+@torch.no_grad()
+def torch_latencies_ms(models: dict[str, nn.Module], img_size: int, *, repeats: int = 3, warmup: int = 1,
+                       threads: int = 1) -> dict[str, float]:
+    """:func:`torch_latency_ms` of several models timed round-robin (one forward of each in turn per run), so that
+    a change of load during the measurement hits every model alike and their ratios stay meaningful."""
+    for m in models.values():
+        m.eval()
+    inputs = {k: _input(m, img_size) for k, m in models.items()}
+    times: dict[str, list[float]] = {k: [] for k in models}
+    with cpu_threads(threads):
+        for r in range(warmup + repeats):
+            for k, m in models.items():
+                start = time.perf_counter()
+                m(inputs[k])
+                if r >= warmup:
+                    times[k].append(1e3 * (time.perf_counter() - start))
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def export_onnx(model: nn.Module, img_size: int, path: str | Path, opset: int = 17) -> Path:

@@ -16,7 +16,8 @@ no ``model`` dim and is not trained for).
 What is reused: the students' runs (trained by their methods' own steps, named in each student's
 ``after``), their held-out accuracies (the runs' manifests); each comparison's Dataset is stored as
 figure data, so all five items draw from the four stores. CPU latency (``compare.latency``) is an
-exclusive step: it runs alone after every other step.
+exclusive step: it runs after every other step, with no training alongside (figures are drawn meanwhile in
+one process; interleaved rounds make such load hit every model alike).
 
 Budget (:data:`BUDGETS`): on the demo, 24 held-out digits of all ten classes (``demo:val[20::42]``;
 the demo split is sorted by class, so ``demo:val[:24]`` would be all zeros; 24 rather than the CLI's 32 keeps
@@ -285,7 +286,8 @@ def table1(*datasets: xr.Dataset) -> Table:
         "model with its own Integrated Gradients maps.",
         "CPU latency: batch 1, one thread, median of " + (f"{int(lat.attrs['rounds'])} interleaved rounds"
                                                           if "rounds" in lat.attrs else "interleaved rounds")
-        + ", measured alone after every other preparation step, PyTorch eager; MACs by methods.flops.count_macs.",
+        + ", measured after every other preparation step with no training alongside (figures were being drawn on the "
+        "other core), PyTorch eager; MACs by methods.flops.count_macs.",
     ]
     frame = pd.DataFrame(rows) if rows else pd.DataFrame({"student": []})
     profile = next((ds.attrs.get("profile") for ds in comparisons if ds.attrs.get("profile")), "")

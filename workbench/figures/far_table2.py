@@ -1,10 +1,12 @@
 """FAR Table 2 (params, FLOPs, CPU latency) for ``far.table2``: real-size DeiT/FAR/FAR† and the demo models.
 
 Counts: :func:`methods.far.count_flops` (the shared counter :func:`methods.flops.count_macs`, which
-counts every attention kernel and the fused LSTM kernels; MACs = the paper's fvcore "FLOPs"). Latency: :func:`methods.far.latency.torch_latency_ms`, one thread, batch 1, median
-of 3 runs right after the MAC count's own forward pass (``benchmarks/far_latency.py`` does the full measurement, also with ONNX
-Runtime as in App. A.4). The measurements are the stored figure data ``far.table2``, an exclusive data
-function: it runs alone, after every other preparation step, so no training shares the CPU with the timing;
+counts every attention kernel and the fused LSTM kernels; MACs = the paper's fvcore "FLOPs"). Latency:
+:func:`methods.far.latency.torch_latencies_ms`, one thread, batch 1, DeiT, FAR and FAR† of one size timed round-robin
+(median of 3 rounds) after their MAC counts' forward passes (``benchmarks/far_latency.py`` does the full measurement,
+also with ONNX Runtime as in App. A.4). The measurements are the stored figure data ``far.table2``, an exclusive data
+function: it runs after every other preparation step, so no training shares the CPU with the timing (``workbench
+figures`` draws figures in one process meanwhile; round-robin timing makes any such load hit the three models alike);
 redrawing the table reads the store, and ``workbench figures --force`` re-measures.
 """
 
@@ -29,7 +31,7 @@ def _measure_all(variants, sizes, repeats, warmup, demo_models, log) -> list[dic
     import torch
 
     from methods.far import (FAR_VARIANTS, PAPER_TABLE2, PAPER_UNIFORM_KEEP, count_flops, replace_attention, shrink,
-                             torch_latency_ms, uniform_keep_masks)
+                             torch_latencies_ms, torch_latency_ms, uniform_keep_masks)
 
     rows = []
     for v in variants:
@@ -39,13 +41,19 @@ def _measure_all(variants, sizes, repeats, warmup, demo_models, log) -> list[dic
             far = replace_attention(teacher).eval()
             keep = PAPER_UNIFORM_KEEP[v]
             pruned = shrink(far, uniform_keep_masks(far, keep)).eval()
-            for kind, model in (("DeiT", teacher), ("FAR", far), ("FAR†", pruned)):
+            family = {"DeiT": teacher, "FAR": far, "FAR†": pruned}
+            counts = {}
+            for kind, model in family.items():
+                log(f"  table2: counting {kind} {v} at {size}px")
+                counts[kind] = count_flops(model, size)["total"]
+            log(f"  table2: timing DeiT, FAR, FAR† {v} at {size}px ({repeats} round-robin runs)")
+            ms = torch_latencies_ms(family, size, repeats=repeats, warmup=warmup)
+            for kind, model in family.items():
                 name = f"{kind.rstrip('†')}-{v.capitalize()}{'†' if kind.endswith('†') else ''}"
-                log(f"  table2: {name} at {size}px")
-                c = count_flops(model, size)["total"]
+                c = counts[kind]
                 paper = PAPER_TABLE2[name]
                 rows.append({"model": name, "size": size, "params_m": c["params"] / 1e6, "gmacs": c["macs"] / 1e9,
-                             "ms": torch_latency_ms(model, size, repeats=repeats, warmup=warmup),
+                             "ms": ms[kind],
                              "paper_params_m": paper.params_m, "paper_gflops": paper.gflops_224 if size == 224 else paper.gflops_384,
                              "paper_ms": paper.cpu_ms_224 if size == 224 else paper.cpu_ms_384,
                              "keep": keep if kind == "FAR†" else None, "family": f"{v}-{size}"})
@@ -132,9 +140,10 @@ def table2(ds: xr.Dataset) -> Table:
         "paper's Tiny@384 entry (and FAR-Tiny@384's, off by about the same 0.05 G) to be the odd one; we cannot say why.",
         "FAR† rows at real size: every LSTM keeps the same number of its 64 hidden units (48% Tiny, 50% Small, 52% Base), "
         "which reproduces the paper's pruned FLOPs; the paper's masks are learned per layer, head and direction.",
-        f"latency: PyTorch {torch_version} eager, one thread, median of {repeats} runs after the MAC count's forward "
-        f"pass{f' and {warmup} warm-up runs' if warmup else ''}, timed after the preparation steps of `workbench "
-        "figures` ended (no training alongside) on this machine's CPU, random weights; the paper used ONNX Runtime on an AMD EPYC "
+        f"latency: PyTorch {torch_version} eager, one thread, median of {repeats} round-robin runs (DeiT, FAR, FAR† "
+        f"of one size in turn) after the MAC counts' forward passes{f' and {warmup} warm-up runs' if warmup else ''}, "
+        "timed after the preparation steps of `workbench figures` ended (no training alongside; figures were being "
+        "drawn on the other core) on this machine's CPU, random weights; the paper used ONNX Runtime on an AMD EPYC "
         "9254 (median of 100 after 30). Absolute ms are not comparable across machines: compare the ratios to DeiT. "
         "benchmarks/far_latency.py measures ONNX Runtime too.",
         f"demo models: {ds.attrs['demo_runs']} at 28×28 (50 tokens).",

@@ -4,8 +4,8 @@ and Tables 10 / 11 (peak memory in training and inference).
 - ``nondeep.table1`` — real size (224², random weights): DeiT-Tiny (12 blocks), the DeiT-6/4/3 depth
   baselines, the exact collapsed 6/4/3-block models, the branched train forms and the paper's "R" form
   counted by hand (:func:`methods.nondeep.paper_r_form_cost`), params and MACs in both conventions and
-  single-thread CPU latency (an ``exclusive`` data step: it runs alone, after every other preparation step,
-  so no training of ours shares the CPU; the load average of the machine is recorded beside it); then the demo
+  single-thread CPU latency (an ``exclusive`` data step: it runs after every other preparation step, so no
+  training of ours shares the CPU; figures are drawn in one process meanwhile; the load average of the machine is recorded beside it); then the demo
   models with their held-out accuracy.
 - ``nondeep.table10`` / ``table11`` — peak memory of one training step of the branched models and of one
   inference forward of the collapsed ones, against DeiT-Tiny (:func:`methods.nondeep.peak_memory`); the counts
@@ -174,7 +174,8 @@ def table1(ds: xr.Dataset) -> Table:
         "Tables 2 and 6 print the R rows' params 0.2 M lower than Table 1) but is not exact (nondeep.exactness).",
         f"Latency: PyTorch {ds.attrs['torch']} eager, one thread, batch 1, median of {int(ds.attrs['repeats'])} "
         f"round-robin runs after {int(ds.attrs['warmup'])} (every model timed in turn, so load changes hit all alike), "
-        "measured alone after the other preparation steps (the machine's 1-minute load average was up to "
+        "measured after the other preparation steps, with no training alongside (figures were being drawn on the "
+        "other core; the machine's 1-minute load average was up to "
         f"{float(ds.attrs.get('load_average', float('nan'))):.1f} on {int(ds.attrs.get('cpus', 0))} CPUs: other "
         "processes may have shared the core), random weights at real size. The paper used an Intel "
         "i9-9900X (66.1 ms for DeiT-Tiny): compare the ratios, not the ms. 'latency / teacher' is against DeiT-Tiny "

@@ -15,7 +15,7 @@ from methods.io import atomic_path, atomic_write_text
 from workbench.figures import FigureSpec
 from workbench.figures.context import Context
 
-__all__ = ["FORMATS", "render", "draw", "write_index"]
+__all__ = ["FORMATS", "BackgroundDraw", "render", "draw", "draw_all", "write_index"]
 
 #: Image formats of a figure by default: PNG (150 dpi). ``workbench figures --pdf`` adds vector PDFs (about 40% more
 #: drawing time, measured over six of the largest figures).
@@ -163,6 +163,47 @@ def draw_all(specs: list[FigureSpec], profile: str, out_dir: str | Path, *, jobs
                     on_done(futures[fut])
     write_index(out_dir)
     return written, len(specs) - len(todo)
+
+
+class BackgroundDraw:
+    """Draws ``specs`` (those that need it) in one spawned process while the caller goes on.
+
+    ``workbench figures`` starts one when only the timing steps are left: they run in the main process with no
+    training beside them, and drawing, one single-threaded process, takes the otherwise idle core. :meth:`result`
+    waits for the figures; the caller's last :func:`draw_all` writes ``index.md``.
+    """
+
+    def __init__(self, specs: list[FigureSpec], profile: str, out_dir: str | Path, *, device: str = "auto",
+                 reuse: bool = True, formats: tuple[str, ...] = FORMATS, on_done: Callable[[str], None] | None = None):
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        ctx = Context(profile, device, False, log=lambda _: None)
+        todo = [s for s in specs if not reuse or stale(s, ctx, self.out_dir, formats)]
+        self.reused, self.on_done = len(specs) - len(todo), on_done
+        for s in specs:
+            if s not in todo and on_done:
+                on_done(s.id)
+        self.pool = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) if todo else None
+        self.futures = {self.pool.submit(_draw_in_worker, s.id, profile, device, str(self.out_dir), formats): s.id
+                        for s in todo}
+
+    def result(self) -> tuple[list[Path], int]:
+        """(files written, number of figures reused as they were), once every figure is drawn; re-raises a failure."""
+        from concurrent.futures import as_completed
+
+        written: list[Path] = []
+        try:
+            for fut in as_completed(self.futures):
+                written += [Path(f) for f in fut.result()]
+                if self.on_done:
+                    self.on_done(self.futures[fut])
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(cancel_futures=True)
+        return written, self.reused
 
 
 def _draw_in_worker(spec_id: str, profile: str, device: str, out_dir: str, formats: tuple[str, ...]) -> list[str]:
