@@ -335,8 +335,13 @@ def cmd_figures(args) -> int:
             background.append(BackgroundDraw(early, args.profile, args.out, device=args.device, reuse=not args.force,
                                              formats=formats, on_done=lambda i: prog.advance(fig_task)))
 
-        prepare(steps, jobs=jobs, profile=args.profile, device=args.device, force=args.force, log=log,
-                on_done=lambda i, sec: prog.advance(task), before_exclusive=draw_beside)
+        try:
+            prepare(steps, jobs=jobs, profile=args.profile, device=args.device, force=args.force, log=log,
+                    on_done=lambda i, sec: prog.advance(task), before_exclusive=draw_beside)
+        except BaseException:
+            for b in background:
+                b.cancel()
+            raise
         t1 = time.perf_counter()
         prog.start_task(fig_task)
         written, reused = background[0].result() if background else ([], 0)

@@ -19,8 +19,8 @@ figure data, so all five items draw from the four stores. CPU latency (``compare
 exclusive step: it runs after every other step, with no training alongside (figures are drawn meanwhile in
 one process; interleaved rounds make such load hit every model alike).
 
-Budget (:data:`BUDGETS`): on the demo, 24 held-out digits of all ten classes (``demo:val[20::42]``;
-the demo split is sorted by class, so ``demo:val[:24]`` would be all zeros; 24 rather than the CLI's 32 keeps
+Budget (:data:`BUDGETS`): on the demo, 20 held-out digits of all ten classes (``demo:val[25::50]``, two per class;
+the demo split is sorted by class, so ``demo:val[:20]`` would be all zeros; 20 rather than the CLI's 32 keeps
 ``workbench figures --all`` in its cold budget), Integrated Gradients with 16
 Gauss–Legendre nodes (relative completeness gap ≤ 0.05 on the demo ViT teacher, 2e-6 at 50 nodes; large for FAR, whose logits change
 steeply along the path: table1 says where), 16 deletion / insertion steps, IG and a random
@@ -63,7 +63,7 @@ class CompareBudget:
 
 
 BUDGETS = {
-    "demo": CompareBudget("demo:val[20::42]", "demo:val", ig_steps=16, steps=16, latency_rounds=24),
+    "demo": CompareBudget("demo:val[25::50]", "demo:val", ig_steps=16, steps=16, latency_rounds=24),
     "smoke": CompareBudget("demo:val[50::200]", "demo:val[::8]", ig_steps=4, steps=4, latency_rounds=3),
     "paper": CompareBudget("demo:val[15::31]", "demo:val", ig_steps=50, steps=16, latency_rounds=100),
 }
@@ -301,7 +301,7 @@ _WHO = ("every student registered by a method's figures (FAR and FAR†, Sparsif
         "compressed from")
 figure("compare.fig1", paper=PAPER, data=_DATA, plot=plot_fig1,
        caption="Linear CKA (debiased, float64) of block outputs averaged over tokens, teacher layer (rows) × student "
-               f"layer (columns), on 24 held-out digits of all ten classes, for {_WHO}. The first panel of a row is the "
+               f"layer (columns), on 20 held-out digits of all ten classes, for {_WHO}. The first panel of a row is the "
                "teacher against itself; dots mark the student layer at the same relative depth, whose mean is in each "
                "title. Students of another depth (Non-deep) and other block types (FAR's BiLSTMs, SA-ResNet stages) line "
                "up by the same measure.")
@@ -319,7 +319,7 @@ figure("compare.fig3", paper=PAPER, data=_DATA, plot=plot_fig3,
 figure("compare.fig4", paper=PAPER, data=_DATA, plot=plot_fig4,
        caption="Faithfulness of each model's own Integrated Gradients maps: probability of the teacher's predicted class "
                "as the most attributed pixels are deleted (set to zero, top; lower area = more faithful) or inserted "
-               "into a blurred copy (bottom; higher area = more faithful), mean over 24 held-out digits, 16 steps, AUC "
+               "into a blurred copy (bottom; higher area = more faithful), mean over 20 held-out digits, 16 steps, AUC "
                "in the legend; grey dotted: the teacher with a random map (chance).")
 figure("compare.table1", paper=PAPER, kind="table", data=(*_DATA, "compare.latency"), plot=table1,
        caption="One row per compressed model of every method: held-out top-1 beside its teacher's, parameters and MACs "

@@ -190,6 +190,11 @@ class BackgroundDraw:
         self.futures = {self.pool.submit(_draw_in_worker, s.id, profile, device, str(self.out_dir), formats): s.id
                         for s in todo}
 
+    def cancel(self) -> None:
+        """Drop the figures not yet started (the preparation failed); the one being drawn finishes on its own."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
     def result(self) -> tuple[list[Path], int]:
         """(files written, number of figures reused as they were), once every figure is drawn; re-raises a failure."""
         from concurrent.futures import as_completed

@@ -56,7 +56,7 @@ def _tc(epochs: int, lr: float, **kw) -> TrainConfig:
 BUDGETS: dict[str, FARBudget] = {
     # demo: the vit_demo teacher on MNIST-5k; the measurements behind these numbers: docs/budgets.md, docs/far-demo-budgets.md.
     "demo": FARBudget(
-        distill=_tc(5, 1e-2, batch_size=32, warmup_epochs=1),
+        distill=_tc(4, 1e-2, batch_size=32, warmup_epochs=1),
         finetune=_tc(1, 3e-4, batch_size=32),
         regularise=_tc(2, 5e-3, batch_size=32),
         masked_finetune=_tc(1, 3e-4, batch_size=32),
