@@ -127,3 +127,52 @@ def test_a_cold_start_schedules_by_the_shipped_estimates():
     roots = [i for i, after in shared.items() if not after]
     assert max(roots, key=prio.get) == "teacher.vit"
     assert prio["far.table3"] > prio["nondeep.memory"]  # a long step beats a short one with as long a chain of steps
+
+
+def test_sigterm_stops_the_workers_too(tmp_path):
+    """A `kill` (SIGTERM) of `workbench figures` ends its worker processes, not only the parent (they would go on
+    training, holding their runs' locks)."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = ("import sys; sys.path.insert(0, 'tests'); import _figure_data\n"
+              "from workbench.figures.schedule import prepare\n"
+              "prepare(['test.slow', 'test.a'], jobs=2, log=print, profile='smoke', device='cpu')\n")
+    env = {**os.environ, "WORKBENCH_HOME": str(tmp_path / "home"), "PREPARE_TEST_LOG": str(tmp_path / "steps.jsonl")}
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+
+    def children() -> list[int]:
+        kids = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == proc.pid:  # the parent pid
+                kids.append(int(stat.parent.name))
+        return kids
+
+    for line in proc.stdout:
+        if "[test.slow] started" in line:
+            break
+    time.sleep(1.0)
+    workers = children()
+    assert workers, "the pool's workers should be running"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) != 0
+
+    def running(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.time() + 15
+    alive = workers
+    while alive and time.time() < deadline:
+        alive = [p for p in alive if running(p)]
+        time.sleep(0.2)
+    assert not alive, f"workers {alive} outlived the parent"

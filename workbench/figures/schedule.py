@@ -130,6 +130,25 @@ def prepare(ids: Iterable[str], *, jobs: int, profile: str = "demo", device: str
 
 def _in_pool(graph: dict[str, tuple[str, ...]], jobs: int, prio: dict[str, float], profile: str, device: str,
              force: bool, log: Callable[[str], None], finished: Callable[[str, float], None]) -> None:
+    import signal
+    import threading
+
+    # SIGTERM (a `kill`, a job scheduler) must stop the workers too: the default handler ends this process at once
+    # and leaves them training. Raising instead runs the cleanup below, as Ctrl-C does.
+    previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
+    try:
+        _pool_loop(graph, jobs, prio, profile, device, force, log, finished)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminated(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _pool_loop(graph: dict[str, tuple[str, ...]], jobs: int, prio: dict[str, float], profile: str, device: str,
+               force: bool, log: Callable[[str], None], finished: Callable[[str, float], None]) -> None:
     spawn = mp.get_context("spawn")
     records = spawn.Queue()
     listener = logging.handlers.QueueListener(records, _Forward(log))

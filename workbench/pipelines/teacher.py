@@ -87,7 +87,7 @@ def backbone(name: str) -> str:
 #: Demo recipes, chosen from measured held-out curves over the seeded initialisation (docs/budgets.md): ViT 93.4-93.7%
 #: after 24 epochs, Swin 94.7% after 12 (95.6% after 16), CNN 97.1% after 6 (97.8% after 8). One CPU thread: these models are so small that a second
 #: thread mostly adds synchronisation; `workbench figures` trains two of them side by side instead. The held-out set is
-#: evaluated every 8th (Swin: 6th) epoch and after the last: evaluation draws no random numbers, so the weights are the
+#: evaluated every 8th (Swin, CNN: 6th) epoch and after the last: evaluation draws no random numbers, so the weights are the
 #: same as with an evaluation after every epoch, and no figure plots the teachers' curves (it saves ~8% of their time).
 _DEMO = {
     "vit": TrainConfig(epochs=24, batch_size=32, lr=1e-3, weight_decay=0.05, warmup_epochs=2, cpu_threads=1, eval_every=8),
