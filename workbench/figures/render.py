@@ -130,6 +130,16 @@ def stale(spec: FigureSpec, ctx: Context, out_dir: Path, formats: tuple[str, ...
     return old.get("fingerprint") != now or not all((out_dir / f).exists() for f in old.get("files", []))
 
 
+def _todo(specs: list[FigureSpec], ctx: Context, out_dir: Path, reuse: bool, formats: tuple[str, ...],
+          on_done: Callable[[str], None] | None) -> list[FigureSpec]:
+    """The specs to draw (all, unless ``reuse``); ``on_done`` hears of the others at once."""
+    todo = [s for s in specs if not reuse or stale(s, ctx, out_dir, formats)]
+    for s in specs:
+        if s not in todo and on_done:
+            on_done(s.id)
+    return todo
+
+
 def draw_all(specs: list[FigureSpec], profile: str, out_dir: str | Path, *, jobs: int = 1, device: str = "auto",
              reuse: bool = True, log: Callable[[str], None] = print,
              on_done: Callable[[str], None] | None = None, formats: tuple[str, ...] = FORMATS) -> tuple[list[Path], int]:
@@ -138,16 +148,10 @@ def draw_all(specs: list[FigureSpec], profile: str, out_dir: str | Path, *, jobs
     Returns:
         (files written, number of figures reused as they were).
     """
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ctx = Context(profile, device, False, log=log)  # drawing only reads what the preparation stored
-    todo = [s for s in specs if not reuse or stale(s, ctx, out_dir, formats)]
-    for s in specs:
-        if s not in todo and on_done:
-            on_done(s.id)
+    todo = _todo(specs, ctx, out_dir, reuse, formats, on_done)
     written: list[Path] = []
     if jobs <= 1 or len(todo) <= 2:
         for spec in todo:
@@ -155,38 +159,31 @@ def draw_all(specs: list[FigureSpec], profile: str, out_dir: str | Path, *, jobs
             if on_done:
                 on_done(spec.id)
     else:
-        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-            futures = {pool.submit(_draw_in_worker, s.id, profile, device, str(out_dir), formats): s.id for s in todo}
-            for fut in as_completed(futures):
-                written += [Path(f) for f in fut.result()]
-                if on_done:
-                    on_done(futures[fut])
+        written, _ = BackgroundDraw(todo, profile, out_dir, jobs=jobs, device=device, reuse=False, formats=formats,
+                                    on_done=on_done).result()
     write_index(out_dir)
     return written, len(specs) - len(todo)
 
 
 class BackgroundDraw:
-    """Draws ``specs`` (those that need it) in one spawned process while the caller goes on.
+    """Draws ``specs`` (those that need it) in ``jobs`` spawned processes while the caller goes on.
 
-    ``workbench figures`` starts one when only the timing steps are left: they run in the main process with no
-    training beside them, and drawing, one single-threaded process, takes the otherwise idle core. :meth:`result`
-    waits for the figures; the caller's last :func:`draw_all` writes ``index.md``.
+    ``workbench figures`` starts one (one process) when only the timing steps are left: they run in the main process
+    with no training beside them, and drawing, single-threaded, takes the otherwise idle core. :meth:`result` waits
+    for the figures; the caller's last :func:`draw_all` writes ``index.md``.
     """
 
-    def __init__(self, specs: list[FigureSpec], profile: str, out_dir: str | Path, *, device: str = "auto",
-                 reuse: bool = True, formats: tuple[str, ...] = FORMATS, on_done: Callable[[str], None] | None = None):
+    def __init__(self, specs: list[FigureSpec], profile: str, out_dir: str | Path, *, jobs: int = 1,
+                 device: str = "auto", reuse: bool = True, formats: tuple[str, ...] = FORMATS,
+                 on_done: Callable[[str], None] | None = None):
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        ctx = Context(profile, device, False, log=lambda _: None)
-        todo = [s for s in specs if not reuse or stale(s, ctx, self.out_dir, formats)]
+        todo = _todo(specs, Context(profile, device, False, log=lambda _: None), self.out_dir, reuse, formats, on_done)
         self.reused, self.on_done = len(specs) - len(todo), on_done
-        for s in specs:
-            if s not in todo and on_done:
-                on_done(s.id)
-        self.pool = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) if todo else None
+        self.pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) if todo else None
         self.futures = {self.pool.submit(_draw_in_worker, s.id, profile, device, str(self.out_dir), formats): s.id
                         for s in todo}
 
