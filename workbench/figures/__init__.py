@@ -35,8 +35,33 @@ if TYPE_CHECKING:
 
     from workbench.figures.context import Context
 
-__all__ = ["DataSpec", "FigureSpec", "StudentSpec", "DATA", "FIGURES", "STUDENTS", "dataset", "figure", "student",
+__all__ = ["Verdict", "Finding", "DataSpec", "FigureSpec", "StudentSpec", "DATA", "FIGURES", "STUDENTS", "dataset", "figure", "student",
            "load_all", "get", "closure"]
+
+
+Status = Literal["shown", "partly", "not shown"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a figure's data shows its paper's finding, computed from that data (never written by hand)."""
+
+    status: Status  # "shown", "partly" or "not shown"
+    statistic: str  # the measured statistic that tests the finding, with its noise, e.g. "Δ = +4.5 ± 1.9 points (95% CI)"
+    reason: str = ""  # why not (or only partly) shown; empty when shown
+
+    def __post_init__(self):
+        if self.status not in ("shown", "partly", "not shown"):
+            raise ValueError(f"verdict status must be 'shown', 'partly' or 'not shown', got {self.status!r}")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The paper's finding a figure reproduces, and the test of it on the figure's own data."""
+
+    claim: str  # the paper's finding in one sentence
+    paper_value: str  # the paper's number(s) behind it, e.g. "DeiT-S 79.9 % vs FAR-S 79.8 % (Table 1)"
+    test: Callable[..., Verdict]  # test(*datasets) -> Verdict, from the same Datasets the plot receives
 
 
 @dataclass(frozen=True)
@@ -65,6 +90,11 @@ class FigureSpec:
     data: tuple[str, ...]  # data ids; their Datasets are the plot's positional arguments
     plot: Callable[..., Any]  # plot(*datasets) -> matplotlib Figure or workbench.plots.table.Table
     kind: Literal["figure", "table"] = "figure"
+    finding: Finding | None = None  # the paper's finding it reproduces (None: a workbench view, no paper claim)
+
+    def verdict(self, *datasets: "xr.Dataset") -> Verdict | None:
+        """The finding's verdict on these Datasets (the figure's data), or None without a finding."""
+        return None if self.finding is None else self.finding.test(*datasets)
 
     def draw(self, ctx: "Context"):
         """The figure (or table) from its data, computed or read back through ``ctx``."""
@@ -118,9 +148,13 @@ def student(label: str, *, method: str, teacher: str, after: tuple[str, ...],
 
 
 def figure(id: str, *, paper: str, caption: str, data: str | tuple[str, ...], plot: Callable[..., Any],
-           kind: Literal["figure", "table"] = "figure") -> FigureSpec:
-    """Register the figure ``id``: ``plot(*[data Datasets])`` with its caption for ``figures/index.md``."""
-    spec = FigureSpec(id, paper, caption, (data,) if isinstance(data, str) else tuple(data), plot, kind)
+           kind: Literal["figure", "table"] = "figure", finding: Finding | None = None) -> FigureSpec:
+    """Register the figure ``id``: ``plot(*[data Datasets])`` with its caption for ``figures/index.md``.
+
+    ``finding``: the paper's claim the item reproduces; its verdict, computed from the data whenever the item is
+    drawn, is appended to the caption and listed in the findings table that opens ``figures/index.md``.
+    """
+    spec = FigureSpec(id, paper, caption, (data,) if isinstance(data, str) else tuple(data), plot, kind, finding)
     FIGURES[id] = spec
     return spec
 

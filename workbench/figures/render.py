@@ -15,7 +15,7 @@ from methods.io import atomic_path, atomic_write_text
 from workbench.figures import FigureSpec
 from workbench.figures.context import Context
 
-__all__ = ["FORMATS", "BackgroundDraw", "render", "draw", "draw_all", "write_index"]
+__all__ = ["FORMATS", "BackgroundDraw", "render", "draw", "draw_all", "write_index", "finding_text", "findings_table"]
 
 #: Image formats of a figure by default: PNG (150 dpi). ``workbench figures --pdf`` adds vector PDFs (about 40% more
 #: drawing time, measured over six of the largest figures).
@@ -51,13 +51,14 @@ def render(specs: list[FigureSpec], ctx: Context, out_dir: str | Path = "figures
 
 
 def _code_hash(spec: FigureSpec) -> str:
-    """Hash of the figure module and the plot modules: what decides how a stored Dataset is drawn."""
+    """Hash of the plot's and the finding test's modules and the plot modules: what decides how a stored Dataset is drawn."""
     import hashlib
     import sys
 
     from workbench import plots
 
-    files = [Path(sys.modules[spec.plot.__module__].__file__)] if spec.plot.__module__ in sys.modules else []
+    fns = [spec.plot] + ([spec.finding.test] if spec.finding else [])  # the verdict is drawn too
+    files = [Path(sys.modules[f.__module__].__file__) for f in fns if f.__module__ in sys.modules]
     files += sorted(Path(plots.__file__).parent.glob("*.py"))
     h = hashlib.sha256()
     for f in files:
@@ -108,7 +109,11 @@ def draw(spec: FigureSpec, ctx: Context, out_dir: Path, *, reuse: bool = True,
             files.append(out_dir / f"{spec.id}.{ext}")
         plt.close(result)
     provenance = [json.loads(ds.attrs.get("sources", "[]")) for ds in datasets]
-    entry = {"id": spec.id, "paper": spec.paper, "kind": spec.kind, "caption": spec.caption,
+    verdict = spec.verdict(*datasets)
+    finding = None if verdict is None else {"claim": spec.finding.claim, "paper_value": spec.finding.paper_value,
+                                            "status": verdict.status, "statistic": verdict.statistic,
+                                            "reason": verdict.reason}
+    entry = {"id": spec.id, "paper": spec.paper, "kind": spec.kind, "caption": spec.caption, "finding": finding,
              "files": [f.name for f in files], "data": list(spec.data), "profile": ctx.profile.name,
              "created": [ds.attrs.get("created") for ds in datasets],
              "versions": {k: datasets[0].attrs.get(k) for k in ("workbench_version", "torch_version", "timm_version")}
@@ -231,6 +236,7 @@ def write_index(out_dir: Path) -> Path:
              f"{v['workbench_version']} (torch {v['torch_version']}, timm {v['timm_version']}).", ""]
     papers = list(dict.fromkeys([p for p in PAPERS if any(e["paper"] == p for e in entries)]
                                 + [e["paper"] for e in entries]))
+    lines += findings_table(entries)
     lines += ["## Contents", ""]
     for paper in papers:
         items = " · ".join(f"[{e['id'].partition('.')[2] or e['id']}](#{_anchor(e['id'])})"
@@ -247,7 +253,7 @@ def write_index(out_dir: Path) -> Path:
                 lines += [f'<a href="{png}"><img src="{png}" width="420" alt="{e["id"]}: {_alt(e["caption"])}"></a>', ""]
             elif md and (out_dir / md).exists():
                 lines += [(out_dir / md).read_text().replace("### ", "**", 1).replace("\n", "**\n", 1), ""]
-            lines += [e["caption"], "", "Files: " + ", ".join(f"[{f}]({f})" for f in e["files"]), ""]
+            lines += [e["caption"] + finding_text(e.get("finding")), "", "Files: " + ", ".join(f"[{f}]({f})" for f in e["files"]), ""]
             lines += ["<details><summary>provenance</summary>", ""]
             lines += [f"- data: {', '.join(e.get('data', []))}; created {', '.join(map(str, e.get('created', [])))}; "
                       + ", ".join(f"{k} {val}" for k, val in (e.get("versions") or {}).items())]
@@ -255,6 +261,33 @@ def write_index(out_dir: Path) -> Path:
                 lines.append("- " + "; ".join(f"{k}: `{val}`" for k, val in p.items() if val is not None))
             lines += ["", "</details>", ""]
     return atomic_write_text(out_dir / "index.md", "\n".join(lines))
+
+
+def finding_text(finding: dict | None) -> str:
+    """The caption's last sentences for an item with a paper finding: the claim, the demo's statistic, the verdict."""
+    if not finding:
+        return ""
+    why = f" — {finding['reason']}" if finding.get("reason") else ""
+    return (f" **Paper:** {finding['claim']} ({finding['paper_value']}). **Demo:** {finding['statistic']}. "
+            f"**Verdict: {finding['status']}**{why}.")
+
+
+def findings_table(entries: list[dict]) -> list[str]:
+    """Lines of the table opening ``index.md``: one row per paper claim (paper value, demo value, verdict)."""
+    rows = [e for e in entries if e.get("finding")]
+    if not rows:
+        return []
+    counts = {s: sum(e["finding"]["status"] == s for e in rows) for s in ("shown", "partly", "not shown")}
+    lines = ["## Findings", "", f"What the demo reproduces, computed from each item's own data: {counts['shown']} shown, "
+             f"{counts['partly']} partly, {counts['not shown']} not shown (of {len(rows)} items with a paper claim).", "",
+             "| item | paper's finding | paper | demo | verdict |", "|---|---|---|---|---|"]
+    for e in rows:
+        f = e["finding"]
+        cell = lambda t: str(t).replace("|", "\\|").replace("\n", " ")
+        verdict = f["status"] + (f" ({cell(f['reason'])})" if f.get("reason") else "")
+        lines.append(f"| [`{e['id']}`](#{_anchor(e['id'])}) | {cell(f['claim'])} | {cell(f['paper_value'])} | "
+                     f"{cell(f['statistic'])} | {verdict} |")
+    return lines + [""]
 
 
 def _order(fig_id: str) -> tuple:
