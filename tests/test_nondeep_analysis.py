@@ -56,7 +56,9 @@ def test_weight_similarity_against_flattened_cosines(images):
                        br.attn.proj.weight.t().reshape(2, 8, 16).double()).flatten() for br in blk.branches]
     for mod, mats in (("fc2", fc2), ("ov", ov)):
         want = F.cosine_similarity(mats[0], mats[2], dim=0).item()
-        assert ds["cosine"].sel(layer=1, module=mod, branch_i=0, branch_j=2).item() == pytest.approx(want, abs=1e-9)
+        # the extractor forms W^V_h W^O_h in the model's float32 (as the model computes it); this reference in float64:
+        # cosines agree to float32 rounding (~1e-8 seen), not to 1e-9 on every CPU (another kernel: 1.1e-9 apart)
+        assert ds["cosine"].sel(layer=1, module=mod, branch_i=0, branch_j=2).item() == pytest.approx(want, abs=1e-6)
     # cka of fc1: cosine of the Gram matrices W₁ᵀW₁ (invariant to permuting hidden units)
     perm = torch.randperm(blk.branches[1].mlp.fc1.out_features)
     with torch.no_grad():
