@@ -190,7 +190,7 @@ def paper_size_data(ctx: Context) -> xr.Dataset:
             dense, counts, macs = students[(name, stem, classes, size)]
             model = copy.deepcopy(dense)
             hook = SparseMomentum(model, d, pruning, epochs=1, seed=0)
-            kept = count_params(model)["nonzero"]
+            kept = count_params(model, masks=hook.weight_masks())["kept"]
             if pruning == "column":
                 small = shrink(model, hook.weight_masks())
                 shrunk, pruned_macs = sum(p.numel() for p in small.parameters()), count_macs_sparse(small, x)["dense"]
