@@ -436,6 +436,36 @@ def test_bad_inputs_refused():
 # --------------------------------------------------------------------------------------------
 
 
+def test_kept_parameters_counted_from_the_masks_by_hand():
+    """Paper-size reductions divide by the pruned model's size: masked weights count by their masks, every other
+    parameter counts whatever its value (a zero-initialised BN scale is not pruned; a kept weight may be 0)."""
+    model = nn.Sequential(nn.Conv2d(2, 4, 3, bias=False), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(4, 3))
+    with torch.no_grad():
+        model[1].weight.zero_()  # timm's zero_init_last: 4 scales of 0 (the 4 shifts start at 0 too)
+        model[0].weight.fill_(1.0)
+    masks = {"0": torch.zeros(4, 2, 3, 3, dtype=torch.bool), "3": torch.zeros(3, 4, dtype=torch.bool)}
+    masks["0"].view(-1)[:10] = True
+    masks["3"].view(-1)[:5] = True
+    with torch.no_grad():
+        model[0].weight.mul_(masks["0"])
+        model[3].weight.mul_(masks["3"])
+        model[3].weight.view(-1)[0] = 0.0  # a kept weight that happens to be 0
+    c = count_params(model, masks=masks)
+    # by hand: conv 72 weights (10 kept), BN 4 + 4 (all kept), linear 12 weights (5 kept) + 3 biases (kept)
+    assert c["total"] == 72 + 8 + 12 + 3 and c["prunable"] == 72 + 12
+    assert c["kept"] == 10 + 8 + 5 + 3 == 26
+    # the non-zero count misses the zero BN scales, the BN shifts (initialised at 0) and the zero kept weight
+    assert c["nonzero"] == 10 + 0 + 0 + 4 + 3
+    assert count_params(model)["kept"] == 10 + 8 + 4 + 3  # without masks the prunable non-zeros stand in
+    with pytest.raises(ValueError, match="matches no weight"):
+        count_params(model, masks={"0": masks["3"]})
+    # a student: timm's zero-initialised last BN of every block is counted as kept
+    student = TEST.build("conv")
+    hook = SparseMomentum(student, 0.25, "irregular", epochs=1)
+    c = count_params(student, masks=hook.weight_masks())
+    assert c["kept"] == c["total"] - c["prunable"] + sum(hook.kept().values()) > c["nonzero"]
+
+
 @pytest.mark.parametrize("stem", ["conv", "attention"])
 def test_shrunk_equals_masked_and_rebuilds_from_json(stem):
     torch.manual_seed(0)
@@ -469,6 +499,29 @@ def test_shrunk_equals_masked_and_rebuilds_from_json(stem):
     rebuilt = timm.create_model("sa_resnet_column", **kwargs)
     rebuilt.load_state_dict(small.state_dict(), strict=True)
     torch.testing.assert_close(rebuilt.eval()(x), model(x), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("stem", ["conv", "attention"])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device"))])
+def test_shrink_keeps_dtype_and_device(stem, device):
+    """A float64 model shrinks in float64 where it lives, and equals its masked form to float64 rounding."""
+    torch.manual_seed(0)
+    model = _randomise_bn(TEST.build(stem)).to(device=device, dtype=torch.float64)
+    hook = SparseMomentum(model, 0.4, "column", epochs=1)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                m.weight.add_(torch.randn_like(m.weight) * 0.1)
+    hook.apply(model)
+    model.eval()
+    small = shrink(model, hook.weight_masks())
+    floats = [t for t in [*small.parameters(), *small.buffers()] if t.is_floating_point()]
+    assert {t.dtype for t in floats} == {torch.float64}
+    assert {t.device.type for t in [*small.parameters(), *small.buffers()]} == {device}
+    x = torch.randn(3, 1, 12, 12, dtype=torch.float64, device=device)
+    with torch.no_grad():
+        torch.testing.assert_close(small(x), model(x), rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("name,kwargs", [("sa_resnet", TEST.kwargs("attention")), ("sa_resnet_demo", {"num_classes": 5}),

@@ -64,7 +64,8 @@ def test_irregular_run_holds_its_density_and_rebuilds(irregular):
     layers = dict(model.named_modules())
     for name, mask in masks.items():
         assert not layers[name].weight[~mask].any(), name
-    assert res["masked_params"] == res["kept_params"] == sum(int(p.ne(0).sum()) for p in model.parameters())
+    # every parameter the masks do not cover (norms, biases, embeddings) counts, zero-initialised BN scales included
+    assert res["masked_params"] == res["kept_params"] == sum(p.numel() for p in model.parameters()) - total + kept
     assert evaluate(model, DataLoader(datasets("smoke")[1], batch_size=256), torch.device("cpu"))["val_acc"] == res["val_acc"]
     # every epoch: the realised density is the target; the last epoch's per-layer densities are the saved masks'
     h = training_history(irregular)
@@ -88,7 +89,8 @@ def test_column_run_saves_the_shrunk_model_equal_to_the_masked_one(column):
         cols = mask.reshape(mask.shape[0], -1)
         assert (cols == cols[:1]).all()
     assert sum(p.numel() for p in shrunk.parameters()) == res["kept_params"] < count_params(masked)["total"]
-    assert res["masked_params"] == count_params(masked)["nonzero"] > res["kept_params"]  # freed channels removed too
+    n_masked = sum(m.numel() for m in masks.values()) - sum(int(m.sum()) for m in masks.values())
+    assert res["masked_params"] == count_params(masked)["total"] - n_masked > res["kept_params"]  # freed channels removed too
     x = _val_images()
     with torch.no_grad():
         assert (shrunk(x) - masked(x)).abs().max().item() <= 1e-5

@@ -121,3 +121,25 @@ def test_console_script_exit_code(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "workbench.cli", "figures", "nope.fig1"], capture_output=True, text=True,
                           env={**os.environ, "WORKBENCH_HOME": str(tmp_path)})
     assert proc.returncode == 2 and "unknown figure id" in proc.stderr
+
+
+def test_non_finite_weights_and_maps_refused(tmp_path, capsys):
+    """A diverged checkpoint is refused at loading; one whose activations overflow is refused before a store exists."""
+    import torch
+
+    from workbench.models import create_model
+
+    state = create_model("vit_demo").state_dict()
+    state["blocks.2.mlp.fc1.weight"][3, 3] = float("nan")
+    save_file(state, tmp_path / "nan.safetensors")
+    out = tmp_path / "o.nc"
+    err = _err(["analyze", "attention", "--model", "vit_demo", "--checkpoint", str(tmp_path / "nan.safetensors"),
+                "--images", "demo:val[:2]", "--out", str(out), "--device", "cpu"], capsys)
+    assert "non-finite weights: tensor 'blocks.2.mlp.fc1.weight' has 1 NaN" in err
+    state["blocks.2.mlp.fc1.weight"][3, 3] = 0.0
+    state["patch_embed.proj.weight"] *= torch.finfo(torch.float32).max  # finite, but every activation overflows
+    save_file(state, tmp_path / "huge.safetensors")
+    err = _err(["analyze", "attention", "--model", "vit_demo", "--checkpoint", str(tmp_path / "huge.safetensors"),
+                "--images", "demo:val[:2]", "--out", str(out), "--device", "cpu"], capsys)
+    assert "is not finite" in err and "nothing was stored" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["huge.safetensors", "nan.safetensors"]  # no store, no temp

@@ -127,10 +127,13 @@ def test_other_bad_input(teacher, images):
 
 
 # --------------------------------------------------------------------------- predictor, Eq. 1–3
+@pytest.mark.parametrize("discard", [True, False])
 @pytest.mark.parametrize("sign", ["signed", "abs"])
-def test_connectivity_mask_equals_equations(teacher, images, sign):
-    """Eq. 1–3 recomputed in float64 from the attention's input and the predictor's parameters."""
-    student = _student(teacher, keep_rate=0.3, basis_sign=sign, basis_threshold=0.03, tau=0.25).double()
+def test_connectivity_mask_equals_equations(teacher, images, sign, discard):
+    """Eq. 1–3 recomputed in float64 from the attention's input and the predictor's parameters; with §3's
+    zero rule a key is kept iff its score is > 0 and fewer than B keys of its row score higher."""
+    student = _student(teacher, keep_rate=0.3, basis_sign=sign, basis_threshold=0.03, tau=0.25,
+                       discard_zeros=discard).double()
     x = images.double()
     _, cache = run_with_cache(student, x, names=["blocks.*.hook_mixer_in", "blocks.*.attn.hook_mask",
                                                  "blocks.*.attn.predictor.hook_coef"])
@@ -144,10 +147,17 @@ def test_connectivity_mask_equals_equations(teacher, images, sign):
         basis = w_up.abs() if sign == "abs" else w_up
         basis = torch.where(basis.abs() > 0.03, basis, torch.zeros_like(basis))
         score = coef @ basis
-        idx = score.topk(budget(0.3, T), dim=-1).indices  # Eq. 3
         expected = torch.zeros(*score.shape[:2], T, T, dtype=torch.bool)
         expected[:, :, :P] = True  # CLS query rows dense
-        expected[:, :, P:].scatter_(-1, idx, True)
+        if discard:  # rank of each key in its row (no ties among positive float64 scores here), then the zero rule
+            higher = (score.unsqueeze(-1) < score.unsqueeze(-2)).sum(-1)  # (B, H, T-P, T): keys scoring higher
+            expected[:, :, P:] = (higher < budget(0.3, T)) & (score > 0)
+            kept = expected[:, :, P:].sum(-1)
+            if sign == "signed":  # negative scores: the rule bites on some rows only
+                assert kept.min() < budget(0.3, T) and kept.max() == budget(0.3, T)
+        else:
+            idx = score.topk(budget(0.3, T), dim=-1).indices  # Eq. 3
+            expected[:, :, P:].scatter_(-1, idx, True)
         assert 0 < (coef == 0).float().mean() < 1 and 0 < (basis == 0).float().mean() < 1  # both thresholds bite
         torch.testing.assert_close(cache[f"blocks.{i}.attn.predictor.hook_coef"], coef)
         assert torch.equal(cache[f"blocks.{i}.attn.hook_mask"], expected)
@@ -155,7 +165,7 @@ def test_connectivity_mask_equals_equations(teacher, images, sign):
 
 @pytest.mark.parametrize("keep_rate", [1 / T, 0.25, 0.5, 0.9, 1.0])
 def test_topk_keeps_exactly_budget_per_row(teacher, images, keep_rate):
-    student = _student(teacher, keep_rate)
+    student = _student(teacher, keep_rate, discard_zeros=False)
     for _, a in [(0, student.blocks[0].attn)]:
         torch.nn.init.zeros_(a.predictor.w_up)  # every score 0: ties everywhere, the budget must still be met
     vals = connectivity(student, images, full=False)
@@ -164,6 +174,59 @@ def test_topk_keeps_exactly_budget_per_row(teacher, images, keep_rate):
     assert torch.all(vals["mask"][..., :P, :])  # CLS rows keep every key
     stats = sparsity(vals, sparse_basis(student))
     torch.testing.assert_close(stats["keep_rate"], torch.full((VAR.depth,), budget(keep_rate, T) / T))
+
+
+def test_zero_scores_discarded_paper_defaults_untrained(teacher, images):
+    """§3 "we discard zero values": at the paper's n_down = 32, τ = 0.05 an untrained predictor's coefficients are all
+    ≈ 1/32 < τ, so every score is 0. Exact top-k then keeps one index-chosen key set for every query, head and image;
+    the paper's rule keeps nothing (the patch rows' attention outputs are 0)."""
+    def run(discard):
+        torch.manual_seed(0)
+        student = replace_attention(teacher, SparsifinerConfig(keep_rate=0.25, n_down=32, tau=0.05,
+                                                               discard_zeros=discard)).eval()
+        _, cache = run_with_cache(student, images, names=["blocks.*.attn.hook_mask", "blocks.*.attn.predictor.hook_coef",
+                                                          "blocks.*.attn.hook_pattern", "blocks.*.attn.hook_heads"])
+        return student, cache
+
+    B = budget(0.25, T)
+    exact, c_exact = run(False)
+    paper, c_paper = run(True)
+    for i in range(VAR.depth):
+        assert not c_exact[f"blocks.{i}.attn.predictor.hook_coef"].any()  # all coefficients below τ: scores all 0
+        rows = c_exact[f"blocks.{i}.attn.hook_mask"][:, :, P:].reshape(-1, T)  # every (image, head, query) row
+        assert torch.all(rows.sum(-1) == B) and torch.unique(rows, dim=0).shape[0] == 1  # one fixed set for all
+        mask = c_paper[f"blocks.{i}.attn.hook_mask"]
+        assert not mask[:, :, P:].any() and mask[:, :, :P].all()  # no patch query keeps a key; CLS rows stay dense
+        assert not c_paper[f"blocks.{i}.attn.hook_pattern"][:, :, P:].any()
+        assert not c_paper[f"blocks.{i}.attn.hook_heads"][:, P:].any()  # ... so their attention outputs are 0
+    with torch.no_grad():  # the empty rows give the same function on the sparse path
+        dense_out = paper(images)
+        torch.testing.assert_close(to_sparse_path(paper)(images), dense_out, rtol=0, atol=1e-5)
+    # renormalised (softmax over the kept set): an empty row is 0, not NaN, forward and backward, in both forms
+    renorm = replace_attention(teacher, SparsifinerConfig(keep_rate=0.25, n_down=32, renormalize=True)).train()
+    out = renorm(images)
+    out.sum().backward()
+    assert torch.isfinite(out).all() and all(torch.isfinite(p.grad).all() for p in renorm.parameters() if p.grad is not None)
+    with torch.no_grad():
+        torch.testing.assert_close(to_sparse_path(renorm.eval())(images), to_masked(renorm)(images), rtol=0, atol=1e-5)
+
+
+def test_zero_rule_masks_depend_on_query_head_and_image(teacher, images):
+    """Where scores are partly zero the rule leaves rows shorter than B, and which keys are kept differs between
+    queries, heads and images; without it each row is filled up to B with zero-score keys in index order."""
+    student = _student(teacher, 0.5, tau=0.25)  # spread coefficients, τ = 1/n_down zeroes half: some scores exactly 0
+    vals = connectivity(student, images, full=False)
+    mask, score = vals["mask"][..., P:, :], vals["score"]
+    assert torch.all(mask <= (score > 0)) and (score == 0).any()  # nothing with a zero (or negative) score is kept
+    kept = mask.sum(-1)
+    assert kept.max() <= budget(0.5, T) and (kept < budget(0.5, T)).float().mean() > 0.1
+    for layer in range(VAR.depth):
+        m = mask[:, layer]  # (images, heads, queries, keys)
+        assert not torch.equal(m[0], m[1])  # images differ
+        assert not torch.equal(m[:, 0], m[:, 1])  # heads differ
+        assert torch.unique(m.reshape(-1, T), dim=0).shape[0] > 5  # many distinct rows (of 3 · 2 · 16)
+    exact = connectivity(_student(teacher, 0.5, tau=0.25, discard_zeros=False), images, full=False)["mask"][..., P:, :]
+    assert torch.all(exact.sum(-1) == budget(0.5, T)) and torch.all(mask <= exact)  # the rule only removes keys
 
 
 # ------------------------------------------------------------------- sparse attention, Eq. 4–6
@@ -195,6 +258,7 @@ def test_hooks_give_what_the_forward_used(teacher, images, renormalize):
 
 
 @pytest.mark.parametrize("options", [dict(renormalize=False), dict(renormalize=True),
+                                     dict(renormalize=False, discard_zeros=False), dict(renormalize=True, tau=0.25),
                                      dict(keep_rate=0.1), SparsifinerConfig.authors_code(0.25, head_dim=16, coef_topk=2).to_kwargs()])
 def test_sparse_path_equals_masked_dense(teacher, images, options):
     options = {"keep_rate": 0.25, **options}

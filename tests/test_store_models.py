@@ -111,3 +111,35 @@ def test_pretrained_offline_says_how_to_pass_a_file():
         create_model("deit_tiny_patch16_224", pretrained=True)
     with pytest.raises(ValueError, match="unknown model"):
         create_model("not_a_model_xyz")
+
+
+def test_non_finite_checkpoint_refused_naming_the_tensor(tmp_path):
+    state = create_model("vit_demo").state_dict()
+    state["blocks.1.attn.qkv.weight"][0, :3] = float("nan")
+    state["head.bias"][0] = float("inf")
+    save_file(state, tmp_path / "diverged.safetensors")
+    n = state["blocks.1.attn.qkv.weight"].numel()
+    with pytest.raises(CheckpointError, match=rf"non-finite weights: tensor 'blocks.1.attn.qkv.weight' has 3 NaN and 0 inf "
+                                              rf"of {n} values \(and 1 more tensor\).*retrain"):
+        load_model("vit_demo", checkpoint=tmp_path / "diverged.safetensors")
+    state["blocks.1.attn.qkv.weight"][0, :3] = 0.0
+    torch.save(state, tmp_path / "diverged.pt")  # the .pt path is checked too
+    with pytest.raises(CheckpointError, match="tensor 'head.bias' has 0 NaN and 1 inf of 10 values. Every analysis"):
+        load_model("vit_demo", checkpoint=tmp_path / "diverged.pt")
+
+
+def test_non_finite_maps_refused_before_a_store_exists():
+    from workbench.provenance import NonFiniteError
+
+    ds = _ds()  # finite: stamped without complaint
+    padded = ds.copy(deep=True)
+    padded["attention"][:, :, 1] = np.nan  # NaN padding (a head a layer lacks) is legitimate
+    stamp(padded, ModelSource("vit_demo"), DataSource("demo:val", [5, 9]))
+    for value, what in ((np.inf, "has 1 inf of 192"), (np.nan, "is NaN everywhere")):
+        bad = ds.copy(deep=True)
+        if np.isinf(value):
+            bad["attention"][0, 0, 0, 0, 0] = -value
+        else:
+            bad["attention"][:] = value
+        with pytest.raises(NonFiniteError, match=rf"attention of 'vit_demo' is not finite: attention {what}.*nothing was stored"):
+            stamp(bad, ModelSource("vit_demo"), DataSource("demo:val", [5, 9]))

@@ -116,7 +116,30 @@ def load_weights(model: nn.Module, state: dict[str, torch.Tensor], *, what: str)
                  f"shape mismatches (checkpoint vs model): {few(shapes)}" if shapes else ""]
         raise CheckpointError(f"{what} does not fit the architecture {type(model).__name__}: " + "; ".join(p for p in parts if p)
                               + ". Pass the --model the checkpoint was trained as.")
+    check_finite_weights(state, what=what)
     model.load_state_dict(state)
+
+
+def check_finite_weights(state: dict[str, torch.Tensor], *, what: str) -> None:
+    """Refuse a state dict with a NaN or ±inf in any floating tensor (a diverged training, a damaged file).
+
+    Raises:
+        CheckpointError: naming the first bad tensor, its NaN / inf counts and how many tensors are affected.
+    """
+    bad = []
+    for name, t in state.items():
+        if t.is_floating_point() or t.is_complex():
+            finite = torch.isfinite(t)
+            if not bool(finite.all()):
+                bad.append((name, int(torch.isnan(t).sum()), int((~finite).sum()) - int(torch.isnan(t).sum()), t.numel()))
+    if bad:
+        name, nan, inf, numel = bad[0]
+        more = f" (and {len(bad) - 1} more tensor{'s' if len(bad) > 2 else ''})" if len(bad) > 1 else ""
+        raise CheckpointError(
+            f"{what} holds non-finite weights: tensor {name!r} has {nan} NaN and {inf} inf of {numel} values{more}. "
+            "Every analysis of it would be meaningless. The training that wrote it diverged (retrain it, e.g. with a "
+            "lower learning rate or gradient clipping, or resume from an earlier finite checkpoint) or the file is "
+            "damaged (export it again).")
 
 
 def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | torch.device = "cpu", **kwargs) -> LoadedModel:

@@ -67,8 +67,49 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
+class NonFiniteError(ValueError):
+    """An extracted Dataset holds values no working model produces (±inf, or a variable that is all NaN)."""
+
+
+def check_finite(ds: xr.Dataset, model: ModelSource) -> None:
+    """Refuse extracted values that only a broken model gives: ±inf anywhere, or a floating variable entirely NaN.
+
+    NaN *padding* is legitimate (heads a layer does not have, a CKA whose self-HSIC is not positive), so a
+    variable holding some NaN passes; a model with non-finite weights or activations gives inf, or NaN in every
+    entry of its maps.
+
+    Raises:
+        NonFiniteError: naming the variables, the model and the fix.
+    """
+    import numpy as np
+
+    bad = []
+    for name, var in ds.data_vars.items():
+        if var.dtype.kind not in "fc" or var.size == 0:
+            continue
+        values = np.asarray(var.values)
+        n_inf = int(np.isinf(values).sum())
+        if n_inf:
+            bad.append(f"{name} has {n_inf} inf of {values.size}")
+        elif np.isnan(values).all():
+            bad.append(f"{name} is NaN everywhere ({values.size} values)")
+    if bad:
+        where = f"run {model.run!r}" if model.run else f"{model.name!r}" + (
+            f" (checkpoint sha256 {model.checkpoint_sha256[:12]}…)" if model.checkpoint_sha256 else "")
+        raise NonFiniteError(
+            f"the {ds.attrs.get('analysis', 'analysis')} of {where} is not finite: {'; '.join(bad[:4])}"
+            f"{f'; ... ({len(bad)} variables)' if len(bad) > 4 else ''}. The model's activations overflow or its "
+            "weights are not finite; nothing was stored. Check the checkpoint (retrain a diverged run) or run in "
+            "float32 on other inputs.")
+
+
 def stamp(ds: xr.Dataset, model: ModelSource, data: DataSource) -> xr.Dataset:
-    """Return ``ds`` with the full provenance attrs of DESIGN.md; sample coords become dataset indices."""
+    """Return ``ds`` with the full provenance attrs of DESIGN.md; sample coords become dataset indices.
+
+    Raises:
+        NonFiniteError: the extracted values are not finite (:func:`check_finite`): a store is never written from them.
+    """
+    check_finite(ds, model)
     if "sample" in ds.dims and len(data.indices) == ds.sizes["sample"]:
         ds = ds.assign_coords(sample=list(map(int, data.indices)))
     attrs = dict(ds.attrs)

@@ -1,7 +1,7 @@
 """What AttentionLite's analyses read, as plain tensors and numbers (the workbench makes Datasets of them).
 
 - :func:`layer_densities` — kept fraction of every prunable layer (Alg. 1's per-layer budget);
-- :func:`count_params` — total / non-zero / prunable parameters;
+- :func:`count_params` — total / kept / non-zero / prunable parameters;
 - :func:`stage_at_maps` — the normalised spatial attention-transfer maps ``ψ`` per stage, as images;
 - :func:`query_attention` — a student's local attention for one query pixel, placed on the layer's grid;
 - :func:`count_macs_sparse` — MACs (``methods.flops.count_macs``), dense and with pruned weights skipped.
@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 import torch.nn as nn
@@ -30,17 +30,40 @@ def layer_densities(model: nn.Module, exclude: Sequence[str] = ()) -> dict[str, 
     return {n: m.weight.detach().ne(0).float().mean().item() for n, m in prunable_layers(model, tuple(exclude)).items()}
 
 
-def count_params(model: nn.Module, exclude: Sequence[str] = ()) -> dict[str, int]:
-    """Parameter counts: ``total``, ``nonzero`` (all parameters), ``prunable`` and ``prunable_nonzero``
-    (the conv / linear weights sparse momentum masks, and the column-pruned layers of a shrunk model).
-    Buffers (kept-column indices) are not parameters."""
+def count_params(model: nn.Module, exclude: Sequence[str] = (),
+                 masks: Mapping[str, torch.Tensor] | None = None) -> dict[str, int]:
+    """Parameter counts of a (masked) student.
+
+    Returns ``total``; ``nonzero`` (all non-zero parameters: a diagnostic of the weights, not a size —
+    BatchNorm scales that start at zero, timm's ``zero_init_last``, and any weight that happens to be
+    0 read as pruned); ``prunable`` and ``prunable_nonzero`` (the conv / linear weights sparse momentum
+    masks, and the column-pruned layers of a shrunk model); and ``kept``, the size of the pruned model
+    the paper's "parameter reduction" divides by (AttentionLite Tables 1-2): every parameter the masks
+    do not cover counts as kept (norms, biases, relative embeddings stay dense whatever their value),
+    and a masked weight counts as kept iff its mask keeps it. Without ``masks`` the prunable weights'
+    non-zeros stand in for their masks. Buffers (kept-column indices) are not parameters.
+
+    Args:
+        model: the student (masked train form or shrunk deploy form).
+        exclude: ``fnmatch`` patterns of layers sparse momentum leaves dense.
+        masks: layer name -> weight-shaped bool mask (``SparseMomentum.weight_masks()``).
+    """
     total = sum(p.numel() for p in model.parameters())
     nonzero = sum(int(p.detach().ne(0).sum()) for p in model.parameters())
     layers = prunable_layers(model, tuple(exclude))
     layers.update({n: m for n, m in model.named_modules() if isinstance(m, (ColumnConv2d, ColumnLinear))})
     prunable = sum(m.weight.numel() for m in layers.values())
     prunable_nz = sum(int(m.weight.detach().ne(0).sum()) for m in layers.values())
-    return {"total": total, "nonzero": nonzero, "prunable": prunable, "prunable_nonzero": prunable_nz}
+    if masks is None:
+        kept = total - prunable + prunable_nz
+    else:
+        modules = dict(model.named_modules())
+        for name, mask in masks.items():
+            if name not in modules or tuple(modules[name].weight.shape) != tuple(mask.shape):
+                raise ValueError(f"mask {name!r} ({tuple(mask.shape)}) matches no weight of the model: "
+                                 "pass the masks of this model (SparseMomentum(model, ...).weight_masks())")
+        kept = total - sum(m.numel() for m in masks.values()) + sum(int(m.sum()) for m in masks.values())
+    return {"total": total, "nonzero": nonzero, "prunable": prunable, "prunable_nonzero": prunable_nz, "kept": kept}
 
 
 @torch.no_grad()

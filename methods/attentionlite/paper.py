@@ -1,33 +1,40 @@
 """AttentionLite's Tables 1 and 2, and the same reductions computed for our models at paper size.
 
-Reductions are teacher / student: parameters (non-zero parameters of the pruned student) and FLOPs
-(the paper's "FLOPs"; we count MACs with ``methods.flops.count_macs`` — a ratio of MACs equals a
-ratio of FLOPs at 2 FLOPs per MAC). The teacher is timm's ``resnet50`` with a 10 / 100-class head.
-For MACs at 32×32 the teacher needs the CIFAR stem (3×3 stride 1, no max pool, as the students):
-timm's ImageNet stem would shrink a 32×32 image to 8×8 before the first stage (16× fewer MACs).
+Reductions are teacher / student: parameters (the pruned student's size: every weight its masks keep,
+and every parameter they do not cover — BatchNorm, biases, relative embeddings — whatever its value;
+:func:`~.introspect.count_params`' ``kept``) and FLOPs (the paper's "FLOPs"; we count MACs with
+``methods.flops.count_macs`` — a ratio of MACs equals a ratio of FLOPs at 2 FLOPs per MAC). The teacher
+is timm's ``resnet50`` with a 10 / 100-class head. For MACs at 32×32 the teacher needs the CIFAR stem
+(3×3 stride 1, no max pool, as the students): timm's ImageNet stem would shrink a 32×32 image to 8×8
+before the first stage (16× fewer MACs).
 
 What :func:`reductions` gives beside the paper (CIFAR-10 head, hybrid; the others are alike):
 
 ==================  =====  ==========================  ==========================
 SA-ResNet26         d      params ours / paper          FLOPs ours / paper
 ==================  =====  ==========================  ==========================
-irregular           0.1    27.78× / 29.75× (KD)         12.54× (non-zero MACs) / 1.96×
-column              0.5    5.67× / 5.81× (KD)           4.35× (shrunk) / 2.02×
+irregular           0.1    27.06× / 29.75× (KD)         12.54× (non-zero MACs) / 1.96×
+column              0.5    5.64× / 5.81× (KD)           4.35× (shrunk) / 2.02×
 dense student       1      2.83×                        1.91×
 ==================  =====  ==========================  ==========================
 
-- Column pruning's shrunk model has fewer parameters than the masked one's non-zeros (3.64 M vs
-  4.15 M for SA-ResNet26 at d = 0.5: 6.46× instead of 5.67×): pruned attention inputs and conv3
-  columns free whole conv1 filters and value rows, which :func:`~.shrink.shrink` removes as well.
+- The parameters counted are what the masks keep, not the non-zero values: at initialisation all
+  BatchNorm shifts and timm's zero-initialised last BN scale of every block are 0 (22,464 parameters
+  of SA-ResNet26), and a count of non-zeros would call them pruned (27.78× instead of 27.06× above).
+- Column pruning's shrunk model has fewer parameters than the masked one keeps (3.64 M vs 4.17 M for
+  SA-ResNet26 at d = 0.5: 6.46× instead of 5.64×): pruned attention inputs and conv3 columns free
+  whole conv1 filters and value rows, which :func:`~.shrink.shrink` removes as well.
 - The paper's FLOPs reductions (1.89–2.02× for SA-ResNet26, 1.45–1.61× for SA-ResNet38, irregular
   and column alike) match the *dense* students' (ours 1.91× / 1.48×): they count the student's
   FLOPs without its sparsity. Counting what a pruned model computes gives far more.
-- The paper's parameter reductions are 3–7 % above ours at the same d, and differ between KD and
-  KD+AT at the same d (29.75× vs 30.26×): its realised densities vary around the target (Dettmers'
+- The paper's parameter reductions are 0.5–12 % above ours at the same d (largest at d = 0.1: 29.75×
+  / 30.26× against our 27.06× for SA-ResNet26, 20.15× / 20.34× against 18.52× for SA-ResNet38), and
+  differ between KD and KD+AT at the same d: its realised densities vary around the target (Dettmers'
   code regrows approximately), ours are exact (irregular) or within one column (column pruning).
-  29.75× at d = 0.1 implies 0.79 M non-zero parameters, a realised density ≈ 0.093 of our SA-ResNet26
-  (8.31 M parameters, of which 8.26 M are prunable conv / linear weights; norms and relative
-  embeddings stay dense, so our non-zero count is 0.1 · 8.26 M + 0.04 M).
+  29.75× at d = 0.1 implies 0.79 M kept parameters, a realised density ≈ 0.090 of our SA-ResNet26's
+  8.26 M prunable conv / linear weights (8.31 M parameters in all; norms and relative embeddings stay
+  dense, so our kept count is 0.1 · 8.26 M + 0.04 M = 0.87 M) — or a paper that does not count its
+  dense parameters.
 """
 
 from __future__ import annotations
@@ -147,7 +154,7 @@ class Reduction:
     teacher_params: int  # timm resnet50 with this head
     student_params: int  # dense student
     prunable: int  # conv / linear weights the masks cover
-    kept_params: int  # non-zero parameters after masking (others stay dense)
+    kept_params: int  # parameters the masks keep + every parameter they do not cover (count_params' "kept")
     realised_density: float  # kept prunable / prunable (masks at initialisation: uniform per layer)
     param_reduction: float  # teacher_params / kept_params
     param_reduction_all: float  # teacher_params / (d · student_params): d applied to every parameter
@@ -173,7 +180,7 @@ def reductions(student: Literal["sa_resnet26", "sa_resnet38"], stem: str = "conv
     dense = count_params(model)
     dense_macs = count_macs_sparse(model, x)["dense"]
     hook = SparseMomentum(model, density, pruning, epochs=1, seed=seed)
-    kept = count_params(model)["nonzero"]
+    kept = count_params(model, masks=hook.weight_masks())["kept"]
     if pruning == "column":
         pruned_macs = count_macs_sparse(shrink(model, hook.weight_masks()), x)["dense"]
     else:

@@ -102,8 +102,15 @@ def _restructure(model: nn.Module, counts: dict[str, int], idx: dict[str, torch.
     """Swap ``model``'s modules (in place) for their column-pruned sizes; with ``idx`` also copy the kept weights.
 
     ``counts``: layer name -> kept columns (layers not listed keep all); ``idx``: the kept column indices.
+    New layers take the dtype and device of ``model``'s parameters *before* the kept weights are copied in
+    (a float64 model shrinks exactly, in float64, where it lives).
     """
     mods = dict(model.named_modules())
+    ref = next(model.parameters())
+
+    def like(m: nn.Module) -> nn.Module:  # floating parameters / buffers only: kept-column indices stay int64
+        return m.to(device=ref.device, dtype=ref.dtype)
+
     full = {n: (m.weight[0].numel()) for n, m in prunable_layers(model).items()}
     unknown = sorted(set(counts) - set(full))
     if unknown:
@@ -128,10 +135,10 @@ def _restructure(model: nn.Module, counts: dict[str, int], idx: dict[str, torch.
         old_conv1, old_bn1, old_bn2, old_conv3, old_ds = block.conv1, block.bn1, block.bn2, block.conv3, block.downsample
         n1 = n_of(p + "conv1")
         conv1 = nn.Conv2d(old_conv1.in_channels, m1, 1, bias=False)
-        conv1 = ColumnConv2d(old_conv1.in_channels, m1, 1, n1) if n1 < old_conv1.in_channels else conv1
-        new_attn = LocalSelfAttention(m1, width, attn.kernel_size, attn.num_heads, v_channels=v)
-        conv3 = nn.Conv2d(v, old_conv3.out_channels, 1, bias=False)
-        bn1, bn2 = _bn(old_bn1, m1), _bn(old_bn2, v)
+        conv1 = like(ColumnConv2d(old_conv1.in_channels, m1, 1, n1) if n1 < old_conv1.in_channels else conv1)
+        new_attn = like(LocalSelfAttention(m1, width, attn.kernel_size, attn.num_heads, v_channels=v))
+        conv3 = like(nn.Conv2d(v, old_conv3.out_channels, 1, bias=False))
+        bn1, bn2 = like(_bn(old_bn1, m1)), like(_bn(old_bn2, v))
         if idx is not None:
             _fill_column(conv1, old_conv1, ix(p + "conv1") if n1 < old_conv1.in_channels else None, rows=s1)
             if bn1 is not old_bn1:
@@ -149,7 +156,7 @@ def _restructure(model: nn.Module, counts: dict[str, int], idx: dict[str, torch.
         done.update({p + "conv1", p + "attn.qkv", p + "conv3"})
         if old_ds is not None and isinstance(old_ds[0], nn.Conv2d):
             nd = n_of(p + "downsample.0")
-            new = _column(old_ds[0], nd)
+            new = like(_column(old_ds[0], nd))
             if new is not old_ds[0] and idx is not None:
                 _fill_column(new, old_ds[0], ix(p + "downsample.0"))
             old_ds[0] = new
@@ -163,8 +170,8 @@ def _restructure(model: nn.Module, counts: dict[str, int], idx: dict[str, torch.
         if isinstance(parent, LocalSelfAttention):  # an attention stem: its qkv's columns are image channels
             n = n_of(name)
             if n < parent.in_channels:
-                new_attn = LocalSelfAttention(parent.in_channels, parent.out_channels, parent.kernel_size,
-                                              parent.num_heads, in_kept=n)
+                new_attn = like(LocalSelfAttention(parent.in_channels, parent.out_channels, parent.kernel_size,
+                                                   parent.num_heads, in_kept=n))
                 if idx is not None:
                     _fill_column(new_attn.qkv, old, ix(name))
                     with torch.no_grad():
@@ -173,7 +180,7 @@ def _restructure(model: nn.Module, counts: dict[str, int], idx: dict[str, torch.
                 grand_name, _, pattr = parent_name.rpartition(".")
                 setattr(model.get_submodule(grand_name) if grand_name else model, pattr, new_attn)
             continue
-        new = _column(old, n_of(name))
+        new = like(_column(old, n_of(name)))
         if new is not old:
             if idx is not None:
                 _fill_column(new, old, ix(name))
@@ -191,7 +198,8 @@ def shrink(model: nn.Module, masks: dict[str, torch.Tensor]) -> nn.Module:
             :func:`~.sparse.column_masks_from_weights`).
 
     Returns:
-        A copy in eval mode equal to the masked model (``sa_resnet_column`` form, see :func:`deploy_kwargs`).
+        A copy in eval mode equal to the masked model (``sa_resnet_column`` form, see :func:`deploy_kwargs`), with
+        ``model``'s dtype and on its device.
 
     Raises:
         ValueError: a mask that is not column-structured, or names a layer the model lacks.

@@ -9,7 +9,7 @@ not exact; :func:`collapse` is, and keeps them as variants for comparison. Submo
 - :mod:`.branched` — :class:`ParallelBlock`, :func:`branch` (teacher → branched form), hook points;
 - :mod:`.baseline` — :func:`depth_baseline` (the teacher's first L/n blocks: Table 1's DeiT-l rows);
 - :mod:`.schedules` — λ(t) (Eq. 10–13), :class:`ProgressiveJoin` (training hook), :func:`set_lambda`;
-- :mod:`.collapse` — :func:`collapse` (exact / paper variants; concat, xwx, wide forms),
+- :mod:`.collapse` — :func:`collapse` (exact / paper variants; concat, xwx, xwx_min, wide forms),
   :func:`collapse_errors`, :func:`collapse_exactness`;
 - :mod:`.layernorm` — Eq. 1 (forward absorption, exact) and Eq. 2 (backward, not exact);
 - :mod:`.losses` — diversity regulariser, attention-map distillation, :class:`NonDeepLoss`;
@@ -49,6 +49,7 @@ from .collapse import (
     CollapseVariant,
     Form,
     MergeFormulas,
+    XWXAttention,
     collapse,
     collapse_errors,
     collapse_exactness,
@@ -96,7 +97,7 @@ __all__ = [
     "NONDEEP_VARIANTS", "PAPER_CPU_RATIOS", "PAPER_MEMORY_GB", "PAPER_TABLE1", "PAPER_TABLE5", "PAPER_TABLE6",
     "PATTERN",
     "SCHEDULES", "WEIGHT_MODULES",
-    "Branch", "BranchAttention", "BranchMlp", "CollapseVariant", "Cost", "Form", "JoinConfig", "MergeFormulas",
+    "Branch", "BranchAttention", "BranchMlp", "CollapseVariant", "Cost", "Form", "JoinConfig", "MergeFormulas", "XWXAttention",
     "NonDeepLoss", "NonDeepVariant", "ParallelBlock", "PeakMemory", "ProgressiveJoin", "Schedule", "SizeRow",
     "Table1Row",
     "absorb_layernorm_backward", "absorb_layernorm_forward", "attention_distillation_loss", "attention_matmul_macs",

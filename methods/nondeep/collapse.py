@@ -20,6 +20,19 @@ The exact collapse is therefore a timm ``Block`` whose ``Attention`` has H heads
 ``v = X Σ_b W^V_b W^O_b`` and an identity output block per head; ``"auto"`` takes the narrower.
 Either is an ordinary ``timm.models.vision_transformer.VisionTransformer``.
 
+**The smallest exact form** (``"xwx_min"``, :class:`XWXAttention`). timm's ``Attention`` makes the
+``"xwx"`` form store ``k = X`` and the output blocks as two D × D identity matrices per head. Without
+them a head is ``S_h = softmax((X M_hᵀ + 1 m_hᵀ) Xᵀ · s)`` and adds ``S_h (X G_hᵀ + 1 g_hᵀ)``: two D × D
+matrices and two D-vectors per head (2·H·(D² + D) attention parameters and the output bias), which is
+also below ``"concat"``'s 4·H·n·d·D whenever 2·n·d > D (every n ≥ 2 on DeiT-Tiny: d = 64, D = 192).
+DeiT-Tiny at 224² (whole model; 6 / 4 / 3 blocks), parameters concat / xwx / xwx_min: n = 2:
+3.936 / 4.825 / 3.494 M; n = 3: 3.343 / 3.343 / 2.456 M; n = 4: 3.046 / 2.602 / 1.937 M (the 2.602 M
+that ``"auto"`` gives at n = 4 holds 0.664 M of identity matrices and zero key biases, 2·H·D² + H·D
+per block). MACs without the attention matmuls: n = 2: 726 / 901 / 639 M; n = 3: 610 / 610 / 436 M;
+n = 4: 552 / 465 / 334 M. ``"auto"`` keeps choosing among the plain-timm forms. The blocks are timm
+``Block`` modules whose ``attn`` is an :class:`XWXAttention` (not a timm ``Attention``: hook points that
+expect ``qkv`` are not there).
+
 The paper's own merge (Eq. 6–7, Algorithm 1 line 22, "W_final = Σ_b W_b") is kept as variants,
 each changing one formula so its error can be seen on its own (:data:`COLLAPSE_VARIANTS`):
 
@@ -55,7 +68,7 @@ from .schedules import get_lambda
 #: Which merge formulas (module docstring).
 CollapseVariant = Literal["exact", "paper", "paper_vo", "paper_scale", "paper_qk_bias"]
 #: Shape of the collapsed attention (module docstring).
-Form = Literal["auto", "concat", "xwx", "wide"]
+Form = Literal["auto", "concat", "xwx", "xwx_min", "wide"]
 FORMS: tuple[str, ...] = get_args(Form)
 
 
@@ -93,9 +106,43 @@ def resolve_form(form: str, branches: int, head_dim: int, dim: int) -> str:
 
 
 def collapsed_head_dim(form: str, branches: int, head_dim: int, dim: int) -> tuple[int, int]:
-    """``(heads per teacher head, head width)`` of a collapsed attention: concat (1, n·d), xwx (1, D), wide (n, d)."""
+    """``(heads per teacher head, head width)`` of a collapsed attention: concat (1, n·d), xwx / xwx_min (1, D),
+    wide (n, d)."""
     form = resolve_form(form, branches, head_dim, dim)
-    return {"concat": (1, branches * head_dim), "xwx": (1, dim), "wide": (branches, head_dim)}[form]
+    return {"concat": (1, branches * head_dim), "xwx": (1, dim), "xwx_min": (1, dim), "wide": (branches, head_dim)}[form]
+
+
+class XWXAttention(nn.Module):
+    """The smallest exact collapsed attention (module docstring): per head ``S_h = softmax((X M_hᵀ + m_h) Xᵀ · s)``,
+    output ``Σ_h S_h (X G_hᵀ + g_h) + b``. No key or output projection is stored.
+
+    Parameters: ``m`` ``(H, D, D)``, ``m_bias`` ``(H, D)``, ``g`` ``(H, D, D)``, ``g_bias`` ``(H, D)``, ``proj_bias``
+    ``(D,)`` (or None). Called like timm's ``Attention`` (``attn_mask``, ``is_causal``).
+    """
+
+    def __init__(self, dim: int, num_heads: int, scale: float, proj_bias: bool = True, attn_drop: float = 0.0):
+        super().__init__()
+        self.num_heads, self.head_dim, self.scale = num_heads, dim, scale
+        self.m = nn.Parameter(torch.zeros(num_heads, dim, dim))  # M_h = Σ_b W^K_{b,h}ᵀ W^Q_{b,h}
+        self.m_bias = nn.Parameter(torch.zeros(num_heads, dim))  # m_h = Σ_b W^K_{b,h}ᵀ a_{b,h} (the per-key term)
+        self.g = nn.Parameter(torch.zeros(num_heads, dim, dim))  # G_h = Σ_b W^O_{b,h} W^V_{b,h}
+        self.g_bias = nn.Parameter(torch.zeros(num_heads, dim))  # g_h = Σ_b W^O_{b,h} c^V_{b,h}
+        self.proj_bias = nn.Parameter(torch.zeros(dim)) if proj_bias else None
+        self.attn_drop = attn_drop
+
+    def extra_repr(self) -> str:
+        return f"dim={self.head_dim}, num_heads={self.num_heads}, scale={self.scale:.4g}"
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
+        b, t, dim = x.shape
+        q = torch.einsum("btd,hed->bhte", x, self.m) + self.m_bias[:, None]  # (B, H, T, D)
+        v = torch.einsum("btd,hed->bhte", x, self.g) + self.g_bias[:, None]  # (B, H, T, D)
+        k = x.unsqueeze(1).expand(b, self.num_heads, t, dim)  # k = X for every head: (B, H, T, D), a view
+        out = nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=self.scale,
+            dropout_p=self.attn_drop if self.training else 0.0)  # (B, H, T, D)
+        out = out.sum(1)  # Σ_h: (B, T, D)
+        return out if self.proj_bias is None else out + self.proj_bias
 
 
 # ------------------------------------------------------------------------------------ one block
@@ -134,7 +181,7 @@ def _collapse_block(pb: ParallelBlock, form: str, f: MergeFormulas) -> Block:
         q_w, k_w, v_w = (order(t).reshape(heads * n * d, dim) for t in (wq, wk, wv))
         q_b, k_b, v_b = (order(t).reshape(heads * n * d) for t in (bq, bk, bv))
         proj_w = (p.permute(1, 2, 0, 3) if form == "concat" else p.permute(1, 0, 2, 3)).reshape(dim, heads * n * d)
-    else:  # xwx: per head q = X Mᵀ... with k = X, v = X G_hᵀ, identity output blocks
+    else:  # xwx / xwx_min: per head q = X Mᵀ... with k = X, v = X G_hᵀ, identity output blocks (xwx only)
         q_w = torch.einsum("bhkd,bhke->hde", wk, wq)  # M_h = Σ_b W^K_bᵀ W^Q_b: (H, D, D); q'·x_j = x_iᵀ M_hᵀ x_j
         q_b = torch.einsum("bhkd,bhk->hd", wk, bq)  # per-key term Σ_b W^K_bᵀ a_b: (H, D)
         k_w = torch.eye(dim, dtype=ref.dtype, device=ref.device).expand(heads, dim, dim)
@@ -145,6 +192,8 @@ def _collapse_block(pb: ParallelBlock, form: str, f: MergeFormulas) -> Block:
         else:
             v_w = torch.einsum("bchk,bhke->hce", p, wv)  # G_h = Σ_b W^O_{b,h}ᵀ… as a Linear weight: (H, D, D)
             v_b = torch.einsum("bchk,bhk->hc", p, bv)
+        if form == "xwx_min":
+            return _xwx_min_block(pb, q_w, q_b, v_w, v_b, p_bias, want)
         q_w, q_b, k_w, k_b, v_w, v_b = (t.reshape(heads * dim, *t.shape[2:]) for t in (q_w, q_b, k_w, k_b, v_w, v_b))
         proj_w = torch.eye(dim, dtype=ref.dtype, device=ref.device).repeat(1, heads)  # (D, H·D): Σ_h of head outputs
 
@@ -177,6 +226,40 @@ def _collapse_block(pb: ParallelBlock, form: str, f: MergeFormulas) -> Block:
     return blk
 
 
+def _mlp_and_norms(blk: Block, pb: ParallelBlock) -> None:
+    """Eq. 9 at λ = 1 into ``blk.mlp`` (summed fc1, fc2 and biases); norms and drop paths copied from ``pb``."""
+    fc1 = [br.mlp.fc1 for br in pb.branches]
+    fc2 = [br.mlp.fc2 for br in pb.branches]
+    blk.mlp.fc1.weight.copy_(sum(m.weight for m in fc1))
+    blk.mlp.fc1.bias.copy_(sum(m.bias for m in fc1))
+    blk.mlp.fc2.weight.copy_(sum(m.weight for m in fc2))
+    blk.mlp.fc2.bias.copy_(sum(m.bias for m in fc2))
+
+
+@torch.no_grad()
+def _xwx_min_block(pb: ParallelBlock, m: torch.Tensor, m_bias: torch.Tensor, g: torch.Tensor, g_bias: torch.Tensor,
+                   p_bias: torch.Tensor | None, scale: float) -> Block:
+    """A timm ``Block`` with an :class:`XWXAttention` of ``(H, D, D)`` matrices ``m``, ``g`` (module docstring)."""
+    a0, m0 = pb.branches[0].attn, pb.branches[0].mlp
+    dim, heads, hidden = a0.qkv.in_features, a0.num_heads, m0.fc1.out_features
+    ref = a0.qkv.weight
+    blk = Block(dim, 1, qkv_bias=True, proj_bias=p_bias is not None)
+    blk.attn = XWXAttention(dim, heads, scale, proj_bias=p_bias is not None, attn_drop=a0.attn_drop.p)
+    act = m0.act
+    blk.mlp = Mlp(dim, hidden, act_layer=lambda: copy.deepcopy(act), bias=True, drop=m0.drop1.p)
+    blk.norm1, blk.norm2 = copy.deepcopy(pb.norm1), copy.deepcopy(pb.norm2)
+    blk.drop_path1, blk.drop_path2 = copy.deepcopy(pb.drop_path1), copy.deepcopy(pb.drop_path2)
+    blk.to(device=ref.device, dtype=ref.dtype)
+    blk.attn.m.copy_(m)
+    blk.attn.m_bias.copy_(m_bias)
+    blk.attn.g.copy_(g)
+    blk.attn.g_bias.copy_(g_bias)
+    if p_bias is not None:
+        blk.attn.proj_bias.copy_(p_bias)
+    _mlp_and_norms(blk, pb)
+    return blk
+
+
 # ------------------------------------------------------------------------------------ the model
 def collapse(model: nn.Module, variant: CollapseVariant = "exact", form: Form = "auto") -> VisionTransformer:
     """Reparameterise a joined branched model into a plain timm ``VisionTransformer`` (module docstring).
@@ -186,7 +269,8 @@ def collapse(model: nn.Module, variant: CollapseVariant = "exact", form: Form = 
             (λ = 0 for ``form="wide"``). It is not modified.
         variant: ``"exact"`` or one of the paper's formulas (:data:`COLLAPSE_VARIANTS`).
         form: ``"auto"`` (narrowest exact attention), ``"concat"`` (H heads of n·d), ``"xwx"``
-            (H heads of D) or ``"wide"`` (λ = 0: n·H heads of d, FFN n·F).
+            (H heads of D), ``"xwx_min"`` (the fewest parameters: :class:`XWXAttention`) or ``"wide"``
+            (λ = 0: n·H heads of d, FFN n·F).
 
     Returns:
         The collapsed model (same device, dtype and train/eval mode), with
@@ -281,5 +365,6 @@ def collapse_exactness(model: nn.Module, images: torch.Tensor, teacher: nn.Modul
     return rows
 
 
-__all__ = ["COLLAPSE_VARIANTS", "FORMS", "CollapseVariant", "Form", "MergeFormulas", "collapse", "collapse_errors",
+__all__ = ["COLLAPSE_VARIANTS", "FORMS", "CollapseVariant", "Form", "MergeFormulas", "XWXAttention", "collapse",
+           "collapse_errors",
            "collapse_exactness", "collapsed_head_dim", "max_relative_error", "resolve_form"]

@@ -34,6 +34,7 @@ from .attention import (
     LinformerAttention,
     SparsifinerAttention,
     connectivity_indices,
+    kept_connections,
     mask_from_indices,
 )
 from .config import (
@@ -82,7 +83,7 @@ __all__ = [
     "PAPER_UP_DENSITY", "SPARSIFINER_VARIANTS", "STATED_UP_DENSITY",
     "BasisSign", "ConnectivityPredictor", "KLDirection", "LinformerAttention", "Phase1Config", "Phase1Loss",
     "Phase2Config", "Phase2Loss", "Recon", "Scale", "SparsifinerAttention", "SparsifinerConfig", "SparsifinerVariant",
-    "attention_distillation", "basis_grid", "basis_l2", "budget", "check_vit", "connectivity", "connectivity_indices",
+    "attention_distillation", "basis_grid", "basis_l2", "budget", "check_vit", "connectivity", "connectivity_indices", "kept_connections",
     "dense_attention", "dense_mhsa_macs", "executed_mhsa_macs", "form_kwargs", "freeze_for_phase1", "grid_shape",
     "linformer_attentions", "linformer_mhsa_macs", "linformer_vit", "mask_from_indices", "num_tokens",
     "predictor_parameters", "recon_hook_names", "replace_attention", "replace_with_linformer", "sparse_attentions",

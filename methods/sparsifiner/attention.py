@@ -11,12 +11,25 @@ Transformers", CVPR 2023. Per block and head, with q, k, v the backbone's own pr
     out    = Ã V                                              (Eq. 6)
 
 **Prefix tokens (CLS, dist, registers).** The predictor runs for the n − P patch queries only; each of
-them keeps exactly B = ⌈keep_rate · n⌉ keys chosen by top-k among all n keys, the CLS key included
+them keeps at most B = ⌈keep_rate · n⌉ keys chosen by top-k among all n keys, the CLS key included
 (it is kept only when it scores among the top B). A prefix query row is dense: CLS attends to every
 token. This is the authors' code (``cheap_attn[..., 1:, :]``, ``cls_mask = ones``) and what the
 paper's Table 2 counts (its MFLOPs grow by 2·(n−1)·D·L per unit of B: see :mod:`.flops`).
 W_down and W_up are shared by the heads of a layer (the code's ``proj_n`` / ``proj_back_n``; Fig. 6
 shows one basis per layer).
+
+**Zero scores (§3: "We discard zero values and binarize").** ``discard_zeros=True`` (paper, default):
+of a row's Top-k_B keys, those whose score Ã_down·W̃_up is ≤ 0 are not kept, so a row keeps *at most*
+B keys — fewer, or none (its output is then 0), where the predictor gives no key a positive score.
+The score reconstructs attention probabilities (Eq. 10 trains it against them), so a zero is "no
+predicted connectivity": no kept coefficient's basis vector covers the key. With the signed basis a
+score can be negative, which predicts less than zero attention, below every zero; dense Top-k ranks
+it after the zeros that are discarded, so it is discarded too (with ``basis_sign="abs"`` scores are
+≥ 0 and the rule is exactly "≠ 0"). Why it matters: with the paper's n_down = 32 and τ = 0.05 every
+coefficient of an untrained predictor is ≈ 1/32 < τ, the score map is all zero, and exact Top-k would
+keep the same index-chosen B keys for every query, head and image (``torch.topk``'s tie order) — a
+fixed pattern the paper does not describe. ``discard_zeros=False`` keeps exactly B (the authors' code:
+``topk`` then ``scatter``, no zero test).
 
 **Paper vs the authors' code** (options of :class:`~.config.SparsifinerConfig`; paper = default):
 
@@ -103,12 +116,29 @@ def connectivity_indices(score: torch.Tensor, keep: int) -> torch.Tensor:
     return score.topk(keep, dim=-1, sorted=False).indices.sort(dim=-1).values
 
 
-def mask_from_indices(idx: torch.Tensor, tokens: int, prefix: int) -> torch.Tensor:
-    """Boolean connectivity mask ``(B, H, T, T)``: prefix query rows all True, patch rows True at ``idx``."""
+def kept_connections(score: torch.Tensor, keep: int, discard_zeros: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Eq. 3 with §3's zero rule: ``(idx, valid)``, the Top-k_B keys of every patch query and which of them are kept.
+
+    Args:
+        score: ``(B, H, T-P, T)`` connectivity scores.
+        keep: the budget B.
+        discard_zeros: drop the Top-k_B keys whose score is ≤ 0 (module docstring); False: keep all B.
+
+    Returns:
+        ``idx`` ``(B, H, T-P, keep)`` int64, ascending within each row (:func:`connectivity_indices`), and
+        ``valid`` ``(B, H, T-P, keep)`` bool (``score > 0`` at ``idx``), or None when every index is kept.
+    """
+    idx = connectivity_indices(score, keep)
+    return idx, (score.gather(-1, idx) > 0 if discard_zeros else None)
+
+
+def mask_from_indices(idx: torch.Tensor, tokens: int, prefix: int, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Boolean connectivity mask ``(B, H, T, T)``: prefix query rows all True, patch rows True at ``idx``
+    (where ``valid``, when given: :func:`kept_connections`)."""
     b, h = idx.shape[:2]
     mask = torch.zeros(b, h, tokens, tokens, dtype=torch.bool, device=idx.device)
     mask[:, :, :prefix] = True
-    mask[:, :, prefix:].scatter_(-1, idx, True)
+    mask[:, :, prefix:].scatter_(-1, idx, True if valid is None else valid)
     return mask
 
 
@@ -208,6 +238,7 @@ class SparsifinerAttention(nn.Module):
         self.scale = self.head_dim ** -0.5
         self.num_tokens, self.num_prefix_tokens = num_tokens, num_prefix_tokens
         self.renormalize = cfg.renormalize
+        self.discard_zeros = cfg.discard_zeros
         self.keep = budget(cfg.keep_rate, num_tokens)
         self.path: Path = _check_path(path)
         self.dense = False  # phase 1: full attention, predictor still runs (see replace.dense_attention)
@@ -238,7 +269,7 @@ class SparsifinerAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"tokens={self.num_tokens}, prefix={self.num_prefix_tokens}, budget={self.keep}, "
-                f"path={self.path}, renormalize={self.renormalize}")
+                f"path={self.path}, renormalize={self.renormalize}, discard_zeros={self.discard_zeros}")
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
         if attn_mask is not None or is_causal:
@@ -254,9 +285,9 @@ class SparsifinerAttention(nn.Module):
         if self.dense:
             out = self._dense(q, k, v)
         elif self.path == "sparse":
-            out = self._sparse(q, k, v, connectivity_indices(score, self.keep))
+            out = self._sparse(q, k, v, *kept_connections(score, self.keep, self.discard_zeros))
         else:
-            out = self._masked(q, k, v, connectivity_indices(score, self.keep))
+            out = self._masked(q, k, v, *kept_connections(score, self.keep, self.discard_zeros))
         out = self.hook_heads(out.transpose(1, 2).reshape(b, n, self.attn_dim))  # (B, T, H·D_h)
         return self.proj_drop(self.proj(self.norm(out)))
 
@@ -269,20 +300,29 @@ class SparsifinerAttention(nn.Module):
         full = self.hook_pattern_full((q * self.scale @ k.transpose(-2, -1)).softmax(dim=-1))
         return self.hook_pattern(self.attn_drop(full)) @ v
 
-    def _masked(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        """Eq. 4–6 on dense tensors: ``(B, H, T, D_h)``, differentiable in q, k, v."""
-        mask = self.hook_mask(mask_from_indices(idx, self.num_tokens, self.num_prefix_tokens))  # (B, H, T, T)
+    def _masked(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor,
+                valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Eq. 4–6 on dense tensors: ``(B, H, T, D_h)``, differentiable in q, k, v. A row keeping no key gives 0."""
+        mask = self.hook_mask(mask_from_indices(idx, self.num_tokens, self.num_prefix_tokens, valid))  # (B, H, T, T)
         logits = q * self.scale @ k.transpose(-2, -1)  # (B, H, T, T)
         if self.renormalize:
-            pattern = logits.masked_fill(~mask, float("-inf")).softmax(dim=-1)  # softmax over the kept set
+            if valid is None:
+                pattern = logits.masked_fill(~mask, float("-inf")).softmax(dim=-1)  # softmax over the kept set
+            else:  # a row keeping no key gives 0: softmax it unmasked (all -inf would give NaN values and gradients)
+                empty = ~mask.any(-1, keepdim=True)  # (B, H, T, 1)
+                pattern = logits.masked_fill(~mask & ~empty, float("-inf")).softmax(dim=-1).masked_fill(empty, 0.0)
             if _active(self.hook_pattern_full):
                 self.hook_pattern_full(logits.softmax(dim=-1))
         else:
             pattern = self.hook_pattern_full(logits.softmax(dim=-1)) * mask  # Eq. 5: M ⊙ A
         return self.hook_pattern(self.attn_drop(pattern)) @ v
 
-    def _sparse(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        """Only the kept pairs: prefix rows dense, patch rows as CSR (SDDMM for QKᵀ, SpMM for ÃV)."""
+    def _sparse(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor,
+                valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Only the kept pairs: prefix rows dense, patch rows as CSR (SDDMM for QKᵀ, SpMM for ÃV).
+
+        ``valid`` (``(B, H, T-P, keep)``, :func:`kept_connections`) leaves a row fewer than ``keep`` entries:
+        its CSR row holds the valid ones only (row-major boolean selection keeps the ascending key order)."""
         if self.training and torch.is_grad_enabled():
             raise RuntimeError("the sparse path (deploy form) is for inference; call model.eval(), or train the "
                                "masked form (methods.sparsifiner.to_masked)")
@@ -294,23 +334,36 @@ class SparsifinerAttention(nn.Module):
         out_pre = pre_attn @ v
         # patch queries: row (b, h, i) keeps columns (b·H + h)·T + idx of the block-diagonal (B·H·(T-P)) × (B·H·T) matrix
         offset = (torch.arange(b * h, device=q.device) * t).view(b, h, 1, 1)
-        cols = (idx + offset).reshape(-1)  # (rows·B_k,)
-        crow = torch.arange(0, rows * keep + 1, keep, device=q.device)
+        cols = (idx + offset).reshape(rows, keep)  # (rows, B_k)
+        ok = None if valid is None else valid.reshape(rows, keep)
+        if ok is None:
+            crow = torch.arange(0, rows * keep + 1, keep, device=q.device)
+            cols = cols.reshape(-1)  # (rows·B_k,)
+        else:  # rows of different lengths: the valid entries only, in row-major order
+            crow = torch.cat([torch.zeros(1, dtype=torch.long, device=q.device), ok.sum(-1).cumsum(0)])
+            cols = cols[ok]  # (n_kept,)
         qp = q[:, :, pre:].reshape(rows, d)
         if self.renormalize:
             pattern = _csr(crow, cols, torch.zeros(cols.numel(), dtype=q.dtype, device=q.device), rows, b * h * t)
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*[Ss]parse.*beta.*")
                 logits = torch.sparse.sampled_addmm(pattern, qp, k.reshape(b * h * t, d).t(), beta=0.0, alpha=self.scale)
-            vals = logits.values().view(rows, keep).softmax(dim=-1)  # softmax over the kept set
+            if ok is None:
+                vals = logits.values().view(rows, keep).softmax(dim=-1)  # softmax over the kept set
+            else:  # pad to (rows, keep) with -inf, softmax, an empty row's NaNs to 0
+                padded = torch.full((rows, keep), float("-inf"), dtype=q.dtype, device=q.device)
+                padded[ok] = logits.values()
+                vals = padded.softmax(dim=-1).nan_to_num(0.0)
         else:  # Eq. 4 needs each row's normaliser over all keys: dense QKᵀ for the patch rows
             dense_logits = q[:, :, pre:] * self.scale @ k.transpose(-2, -1)  # (B, H, T-P, T)
             lse = dense_logits.logsumexp(dim=-1, keepdim=True)
             vals = (dense_logits.gather(-1, idx) - lse).exp().reshape(rows, keep)
-        attn = _csr(crow, cols, vals.reshape(-1), rows, b * h * t)
+        if ok is not None:
+            vals = vals * ok  # (rows, keep), 0 where not kept (for the hook)
+        attn = _csr(crow, cols, vals.reshape(-1) if ok is None else vals[ok], rows, b * h * t)
         out_patch = (attn @ v.reshape(b * h * t, d)).view(b, h, t - pre, d)
         if _active(self.hook_mask):
-            self.hook_mask(mask_from_indices(idx, t, pre))
+            self.hook_mask(mask_from_indices(idx, t, pre, valid))
         if _active(self.hook_pattern):
             dense = torch.zeros(b, h, t - pre, t, dtype=q.dtype, device=q.device).scatter_(-1, idx, vals.view(b, h, t - pre, keep))
             self.hook_pattern(torch.cat([pre_attn, dense], dim=2))

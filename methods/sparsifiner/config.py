@@ -58,6 +58,8 @@ class SparsifinerConfig:
     #                                      projections of q and k to this width first (code: head_dim // 2)
     coef_topk: int | None = None  # None: coefficients thresholded by τ (Eq. 2); int: keep the k largest instead (code: 8)
     layers: tuple[int, ...] | None = None  # blocks to replace; None = all (§4: every layer)
+    discard_zeros: bool = True  # §3 "we discard zero values": of the Top-k_B keys, those scoring <= 0 are not kept (a
+    #                             row may keep fewer than B, or none); False: exactly B always (the authors' code)
 
     def __post_init__(self) -> None:
         budget(self.keep_rate, 1)  # validates keep_rate
@@ -81,9 +83,9 @@ class SparsifinerConfig:
         """Every choice of the authors' public code (``src/models/sparsifiner.py`` and the default
         experiment config) where it differs from the paper: renormalised softmax over the kept set,
         logit scale num_heads^-0.5, |W_up| thresholded at 2e-2, q/k reduced to head_dim // 2 by learned
-        projections, the 8 largest coefficients kept instead of τ."""
+        projections, the 8 largest coefficients kept instead of τ, exactly B keys per row (zero scores included)."""
         kw = dict(keep_rate=keep_rate, renormalize=True, scale="num_heads", basis_sign="abs", basis_threshold=2e-2,
-                  predictor_dim=head_dim // 2, coef_topk=8)
+                  predictor_dim=head_dim // 2, coef_topk=8, discard_zeros=False)
         return cls(**{**kw, **overrides})
 
     def to_kwargs(self) -> dict:

@@ -129,7 +129,8 @@ def executed_mhsa_macs(attn: nn.Module, tokens: int | None = None) -> int:
     """MACs our implementation runs inside one attention module, qkv / output projections excluded.
 
     - :class:`SparsifinerAttention`, masked form: dense QKᵀ and AV (2·n²·D) + the predictor (dense up-projection).
-    - :class:`SparsifinerAttention`, sparse path: :func:`sparsifiner_mhsa_macs` with ρ = 1.
+    - :class:`SparsifinerAttention`, sparse path: :func:`sparsifiner_mhsa_macs` with ρ = 1, at the full budget B
+      (an upper bound when §3's zero rule leaves rows shorter: ``discard_zeros``).
     - :class:`LinformerAttention`: :func:`linformer_mhsa_macs`.
     - a timm ``Attention``: :func:`dense_mhsa_macs` (pass ``tokens``).
     """

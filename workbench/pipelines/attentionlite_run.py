@@ -172,7 +172,7 @@ def _sparse_distill(run: Run, t: "TeacherRef", spec: RunSpec, budget: AttentionL
     if deploy is not student:
         kept_params, pruned_macs = sum(p.numel() for p in deploy.parameters()), _macs(deploy, input_size)["dense"]
     else:
-        kept_params, pruned_macs = count_params(student)["nonzero"], s_macs["sparse"]
+        kept_params, pruned_macs = count_params(student, masks=masks)["kept"], s_macs["sparse"]
     teacher_acc = None
     if t.run is not None:
         from workbench.runs import open_run
@@ -185,7 +185,7 @@ def _sparse_distill(run: Run, t: "TeacherRef", spec: RunSpec, budget: AttentionL
         "realised_density": weight_masks_density(masks) if masks else 1.0,  # kept / prunable weights, from the masks
         "nonzero_density": count_params(student)["prunable_nonzero"] / dense_counts["prunable"],  # from the weights
         "teacher_params": t_params, "student_params": dense_counts["total"], "kept_params": kept_params,
-        "masked_params": count_params(student)["nonzero"],  # non-zero parameters of the masked train form
+        "masked_params": count_params(student, masks=masks)["kept"],  # kept by the masks + all unmasked, masked train form
         "teacher_macs": t_macs, "student_macs": s_macs["dense"], "pruned_macs": pruned_macs,
         "param_reduction": t_params / kept_params, "flops_reduction": t_macs / pruned_macs,
         "dense_flops_reduction": t_macs / s_macs["dense"],
