@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 import textwrap
-from typing import Sequence
+from typing import Callable, Sequence
 
 EXAMPLES = {
     "info": "workbench info",
@@ -24,7 +24,8 @@ EXAMPLES = {
         "workbench analyze attention --model teacher-vit-demo --images 'demo:val[:8]' --out stores/vit.nc\n"
         "  workbench analyze attention --model deit_tiny_patch16_224 --checkpoint deit_tiny.safetensors "
         "--images skimage:astronaut,chelsea --out stores/deit.nc\n"
-        "  workbench analyze attention --model deit_tiny_patch16_224 --img-size 384 --images skimage:coffee --out stores/deit384.nc"
+        "  workbench analyze attention --model deit_tiny_patch16_224 --checkpoint deit_tiny.safetensors --img-size 384 "
+        "--images skimage:coffee --out stores/deit384.nc"
     ),
     "compare": (
         "workbench compare --teacher teacher-vit-demo --student FAR=far-vit-demo --student far_pruned-vit-demo "
@@ -36,7 +37,7 @@ EXAMPLES = {
     "inspect": "workbench inspect stores/vit.nc",
     "figures": "workbench figures --list\n  workbench figures --all\n  workbench figures --all --jobs 1\n"
                "  workbench figures teacher.fig1 far --profile smoke",
-    "run": "workbench run far --teacher teacher-vit-demo\n  workbench run slimswin --ratio 0.33",
+    "run": "workbench run far --teacher teacher-vit-demo\n  workbench run slimswin --teacher teacher-swin-demo --ratio 1/3",
 }
 
 
@@ -67,9 +68,18 @@ def _add_option(p: argparse.ArgumentParser, opt) -> None:
                    default=None, help=opt.help + default)
 
 
-def _parser() -> argparse.ArgumentParser:
-    from workbench.pipelines import load_all as load_methods
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not a flag), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
+
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; only ``command``'s flags are built.
+
+    Every subcommand is listed with its help line, but the flags are added to the chosen one only: the flags of
+    ``train`` and ``run`` come from the method registry, which imports torch and timm (seconds), so
+    ``workbench --help`` and a command that needs no registry must not build them.
+    """
     p = argparse.ArgumentParser(
         prog="workbench",
         description="Compress vision transformers with five published methods and look inside the results.",
@@ -84,14 +94,37 @@ def _parser() -> argparse.ArgumentParser:
 
     add(sub, "info", "Versions, device, where runs and stores live, and what is there.", EXAMPLES["info"])
 
-    methods = load_methods()
     t = add(sub, "train", "Train a teacher (a demo teacher, or any timm model on --data) as a run.", EXAMPLES["train"])
+    if command == "train":
+        _train_flags(t)
+    a = add(sub, "analyze", "Run an analysis extractor on a model and images; write an xarray store.", EXAMPLES["analyze"])
+    if command == "analyze":
+        _analyze_flags(a)
+    c = add(sub, "compare", "Compare a teacher with compressed students (representations, token maps, predictions, "
+            "attributions and their faithfulness); write one xarray store.", EXAMPLES["compare"])
+    if command == "compare":
+        _compare_flags(c)
+    i = add(sub, "inspect", "Summarise a store: variables, dims and provenance (checks that it opens).", EXAMPLES["inspect"])
+    i.add_argument("store", help="path of a .nc store")
+    f = add(sub, "figures", "Regenerate paper figures and tables into figures/ with an index.", EXAMPLES["figures"])
+    if command == "figures":
+        _figures_flags(f)
+    r = add(sub, "run", "Run a compression method end to end (as resumable runs).", EXAMPLES["run"])
+    if command == "run":
+        _run_flags(r, add)
+    return p
+
+
+def _train_flags(t: argparse.ArgumentParser) -> None:
+    from workbench.pipelines import get_method
+
     t.add_argument("what", choices=["teacher"], help="what to train")
-    for opt in methods["teacher"].options:
+    for opt in get_method("teacher").options:
         _add_option(t, opt)
     _add_run_flags(t, "retrain even if a complete run exists")
 
-    a = add(sub, "analyze", "Run an analysis extractor on a model and images; write an xarray store.", EXAMPLES["analyze"])
+
+def _analyze_flags(a: argparse.ArgumentParser) -> None:
     a.add_argument("kind", help="analysis name: attention, window-attention, dependency, retention, window-saliency, ...")
     a.add_argument("--model", required=True, help="run id/dir or timm name")
     a.add_argument("--checkpoint", default=None, help="local weights for a timm name (.safetensors, .pt, .pth)")
@@ -107,8 +140,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--norm", default=None, choices=["l2", "l1"], help="dependency only: norm of the gradient (default l2)")
     _add_device(a)
 
-    c = add(sub, "compare", "Compare a teacher with compressed students (representations, token maps, predictions, "
-            "attributions and their faithfulness); write one xarray store.", EXAMPLES["compare"])
+
+def _compare_flags(c: argparse.ArgumentParser) -> None:
     c.add_argument("--teacher", required=True, help="run id/dir or timm name")
     c.add_argument("--student", action="append", required=True, metavar="[LABEL=]MODEL",
                    help="a student: run id/dir or timm name, labelled LABEL (default: the reference); repeat for more")
@@ -127,10 +160,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--img-size", type=int, default=None, help="input resolution of timm-name models (e.g. 384)")
     _add_device(c)
 
-    i = add(sub, "inspect", "Summarise a store: variables, dims and provenance (checks that it opens).", EXAMPLES["inspect"])
-    i.add_argument("store", help="path of a .nc store")
 
-    f = add(sub, "figures", "Regenerate paper figures and tables into figures/ with an index.", EXAMPLES["figures"])
+def _figures_flags(f: argparse.ArgumentParser) -> None:
     f.add_argument("ids", nargs="*", help="figure ids or paper prefixes (e.g. far.fig4, far)")
     g = f.add_mutually_exclusive_group()
     g.add_argument("--list", action="store_true", help="list registered figures")
@@ -145,9 +176,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="recompute analyses and figure data and redraw every figure (runs are reused)")
     f.add_argument("--pdf", action="store_true", help="also write every figure as a vector PDF (default: PNG only)")
 
-    r = add(sub, "run", "Run a compression method end to end (as resumable runs).", EXAMPLES["run"])
+
+def _run_flags(r: argparse.ArgumentParser, add: Callable[..., argparse.ArgumentParser]) -> None:
+    from workbench.pipelines import load_all as load_methods
+
     rs = r.add_subparsers(dest="method", required=True)
-    for name, entry in sorted(methods.items()):
+    for name, entry in sorted(load_methods().items()):
         if entry.teacher is None:
             continue  # the teachers: `workbench train teacher`
         mp = add(rs, name, entry.summary, "\n  ".join(entry.examples))
@@ -158,7 +192,6 @@ def _parser() -> argparse.ArgumentParser:
         for opt in entry.options:
             _add_option(mp, opt)
         _add_run_flags(mp, "redo the method's runs even if complete (the teacher is reused)")
-    return p
 
 
 def cmd_info(args) -> int:
@@ -297,8 +330,6 @@ def cmd_figures(args) -> int:
     from rich.table import Table
 
     from workbench import figures as F
-    from workbench.figures.render import BackgroundDraw, draw_all
-    from workbench.figures.schedule import default_jobs, prepare
 
     if args.list:
         specs = F.load_all()
@@ -309,6 +340,9 @@ def cmd_figures(args) -> int:
         return 0
     if not args.all and not args.ids:
         raise ValueError("name figure ids, or pass --all or --list")
+    from workbench.figures.render import BackgroundDraw, draw_all  # (imports methods, torch: not for --list)
+    from workbench.figures.schedule import default_jobs, prepare
+
     specs = list(F.load_all().values()) if args.all else F.get(args.ids)
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
@@ -360,7 +394,8 @@ def cmd_figures(args) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parser(_command(argv)).parse_args(argv)
     handlers = {"info": cmd_info, "train": cmd_train, "analyze": cmd_analyze, "compare": cmd_compare,
                 "figures": cmd_figures, "inspect": cmd_inspect, "run": cmd_run}
     try:
