@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 import textwrap
+import warnings
 from typing import Callable, Sequence
 
 EXAMPLES = {
@@ -205,7 +206,7 @@ def cmd_info(args) -> int:
     from workbench.provenance import versions
     from workbench.runs import home, list_runs
 
-    con = Console()
+    con = Console(soft_wrap=True)  # long paths are not broken across lines
     v = versions()
     con.print(f"[bold]vit-workbench[/] {v['workbench_version']}  torch {v['torch_version']}  timm {v['timm_version']}  "
               f"python {platform.python_version()}")
@@ -214,13 +215,17 @@ def cmd_info(args) -> int:
     con.print(f"home: {home()}  (set WORKBENCH_HOME to move it)")
     runs = list_runs()
     if runs:
-        tab = Table("run", "status", "model", "val_acc", "wall time (s)")
+        tab = Table()
+        tab.add_column("run", no_wrap=True)  # ids are never cut (they are copied into other commands)
+        for header in ("status", "model", "val_acc", "wall time (s)"):
+            tab.add_column(header)
         for r in runs:
             m = r.manifest
             acc = (m.get("results") or {}).get("val_acc")
             tab.add_row(r.id, m.get("status", "?"), str(m.get("model_name")), f"{acc:.4f}" if acc is not None else "-",
                         f"{m.get('wall_time_s', 0):.0f}")
-        con.print(tab)
+        need = Console(width=100_000).measure(tab).maximum  # rich would squeeze the table into 80 columns when piped
+        Console(width=max(con.width, need)).print(tab)
     else:
         con.print("no runs yet: `workbench train teacher --arch vit` or `workbench figures --all`")
     con.print(f"{len(load_all())} registered figures (`workbench figures --list`)")
@@ -292,6 +297,7 @@ def _checkpoints(values: Sequence[str], labels: Sequence[str]) -> dict[str, str]
 def cmd_compare(args) -> int:
     from workbench.compare import parse_students, run_compare
     from workbench.plots.compare import summary_frame
+    from workbench.provenance import RANDOM_INIT
     from workbench.store import open_store
 
     students = parse_students(args.student)
@@ -303,6 +309,9 @@ def cmd_compare(args) -> int:
                        img_size=args.img_size, **opts)
     ds = open_store(path)
     print(summary_frame(ds).to_string(index=False))
+    untrained = [m for m, src in json.loads(ds.attrs.get("models", "{}")).items() if src.get("weights") == RANDOM_INIT]
+    if untrained:
+        print(f"random-init weights: {', '.join(untrained)} (no checkpoint given: these rows describe untrained networks)")
     for part, why in json.loads(ds.attrs.get("skipped", "{}")).items():
         print(f"skipped {part}: {why}")
     for part, per_model in json.loads(ds.attrs.get("notes", "{}")).items():
@@ -393,13 +402,23 @@ def cmd_figures(args) -> int:
     return 0
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A workbench warning (e.g. random-init weights) as one ``workbench: warning:`` line on stderr; others as usual."""
+    if category.__module__.startswith("workbench."):
+        print(f"workbench: warning: {message}", file=sys.stderr)
+    else:
+        print(warnings.formatwarning(message, category, filename, lineno, line), end="", file=file or sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser(_command(argv)).parse_args(argv)
     handlers = {"info": cmd_info, "train": cmd_train, "analyze": cmd_analyze, "compare": cmd_compare,
                 "figures": cmd_figures, "inspect": cmd_inspect, "run": cmd_run}
     try:
-        return handlers[args.command](args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return handlers[args.command](args)
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume from the last checkpoint", file=sys.stderr)
         return 130
