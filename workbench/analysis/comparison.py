@@ -473,6 +473,7 @@ def _compare_parts(models: dict[str, nn.Module], images: torch.Tensor, lab: np.n
     out = []
     if "cka" in cfg.parts:
         start = time.perf_counter()
+        bar.set_postfix_str("cka")
         if not feats[teacher_name]:
             skipped["cka"] = f"the teacher has no block outputs ({', '.join(_SUFFIXES)} hook points)"
         else:
@@ -493,6 +494,7 @@ def _compare_parts(models: dict[str, nn.Module], images: torch.Tensor, lab: np.n
         notes.setdefault("predictions", {})[k] = f"{logits[k].shape[-1]} classes, the teacher has {n_classes}"
     if "predictions" in cfg.parts:
         start = time.perf_counter()
+        bar.set_postfix_str("predictions")
         out.append(prediction_agreement(same, reference=teacher_name, labels=lab))
         seconds["predictions"] = time.perf_counter() - start
         bar.update()
