@@ -39,7 +39,7 @@ def test_analyze_attention_and_inspect(tmp_path, capsys, smoke_teacher):
     from workbench.store import open_store
 
     ds = open_store(out, load=True)
-    assert ds.attrs["run"] == run.id and ds.attrs["method"] == "teacher"
+    assert ds.attrs["run"] == run.id and ds.attrs["method"] == "teacher" and ds.attrs["weights"] == "run"
     assert ds["attention"].sizes["layer"] == 2 and ds["image"].shape == (2, 28, 28)
     assert main(["inspect", str(out)]) == 0
     assert "attention" in capsys.readouterr().out

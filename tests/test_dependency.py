@@ -300,7 +300,7 @@ def test_extractor_lines_up_with_attention(models, images):
     att = extract_attention(teacher, x)
     dep = extract_dependency(far, x)
     assert dep["dependency"].dims == att["attention"].dims == ("sample", "layer", "head", "query", "key")
-    both = xr.concat([att["attention"], dep["dependency"]], dim="model", coords="minimal", compat="override")
+    both = xr.concat([att["attention"], dep["dependency"]], dim="model", coords="minimal", compat="override", join="outer")
     assert both.sizes == {"model": 2, "sample": 2, "layer": 2, "head": 2, "query": T, "key": T}
     for c in ("query_kind", "query_y", "query_x", "key_kind", "key_y", "key_x"):
         assert (att[c].values == dep[c].values).all()

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: workbench module prefix -> layer (a module may import its own layer or lower ones)
 LAYERS = {
     "workbench.provenance": 1, "workbench.xrutils": 1, "workbench.runs": 1, "workbench.store": 1, "workbench.data": 1,
-    "workbench.profiles": 1, "workbench.window_views": 1, "workbench": 1,  # workbench/__init__ (the version)
+    "workbench.profiles": 1, "workbench.window_views": 1, "workbench.progress": 1, "workbench": 1,  # workbench/__init__ (the version)
     "workbench.models": 2,
     "workbench.analysis": 3, "workbench.plots": 3, "workbench.pipelines": 3,
     "workbench.analyze": 4, "workbench.compare": 4,

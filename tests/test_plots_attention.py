@@ -111,7 +111,8 @@ def test_cls_maps_over_images():
 
 def test_model_dim_rows():
     models = xr.Variable("model", ["teacher", "far"])
-    both = xr.concat([synthetic_attention(seed=0), synthetic_attention(seed=1)], dim=models)
+    both = xr.concat([synthetic_attention(seed=0), synthetic_attention(seed=1)], dim=models, join="outer",
+                     coords="different", compat="no_conflicts")
     fig = plot_cls_maps(both, layers=[2])
     labels = [a.get_ylabel() for a in fig.axes]
     assert "model: teacher\ny (patch)" in labels and "model: far\ny (patch)" in labels

@@ -12,7 +12,8 @@ import argparse
 import json
 import sys
 import textwrap
-from typing import Sequence
+import warnings
+from typing import Callable, Sequence
 
 EXAMPLES = {
     "info": "workbench info",
@@ -24,7 +25,8 @@ EXAMPLES = {
         "workbench analyze attention --model teacher-vit-demo --images 'demo:val[:8]' --out stores/vit.nc\n"
         "  workbench analyze attention --model deit_tiny_patch16_224 --checkpoint deit_tiny.safetensors "
         "--images skimage:astronaut,chelsea --out stores/deit.nc\n"
-        "  workbench analyze attention --model deit_tiny_patch16_224 --img-size 384 --images skimage:coffee --out stores/deit384.nc"
+        "  workbench analyze attention --model deit_tiny_patch16_224 --checkpoint deit_tiny.safetensors --img-size 384 "
+        "--images skimage:coffee --out stores/deit384.nc"
     ),
     "compare": (
         "workbench compare --teacher teacher-vit-demo --student FAR=far-vit-demo --student far_pruned-vit-demo "
@@ -36,7 +38,7 @@ EXAMPLES = {
     "inspect": "workbench inspect stores/vit.nc",
     "figures": "workbench figures --list\n  workbench figures --all\n  workbench figures --all --jobs 1\n"
                "  workbench figures teacher.fig1 far --profile smoke",
-    "run": "workbench run far --teacher teacher-vit-demo\n  workbench run slimswin --ratio 0.33",
+    "run": "workbench run far --teacher teacher-vit-demo\n  workbench run slimswin --teacher teacher-swin-demo --ratio 1/3",
 }
 
 
@@ -67,9 +69,18 @@ def _add_option(p: argparse.ArgumentParser, opt) -> None:
                    default=None, help=opt.help + default)
 
 
-def _parser() -> argparse.ArgumentParser:
-    from workbench.pipelines import load_all as load_methods
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not a flag), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
+
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; only ``command``'s flags are built.
+
+    Every subcommand is listed with its help line, but the flags are added to the chosen one only: the flags of
+    ``train`` and ``run`` come from the method registry, which imports torch and timm (seconds), so
+    ``workbench --help`` and a command that needs no registry must not build them.
+    """
     p = argparse.ArgumentParser(
         prog="workbench",
         description="Compress vision transformers with five published methods and look inside the results.",
@@ -84,14 +95,37 @@ def _parser() -> argparse.ArgumentParser:
 
     add(sub, "info", "Versions, device, where runs and stores live, and what is there.", EXAMPLES["info"])
 
-    methods = load_methods()
     t = add(sub, "train", "Train a teacher (a demo teacher, or any timm model on --data) as a run.", EXAMPLES["train"])
+    if command == "train":
+        _train_flags(t)
+    a = add(sub, "analyze", "Run an analysis extractor on a model and images; write an xarray store.", EXAMPLES["analyze"])
+    if command == "analyze":
+        _analyze_flags(a)
+    c = add(sub, "compare", "Compare a teacher with compressed students (representations, token maps, predictions, "
+            "attributions and their faithfulness); write one xarray store.", EXAMPLES["compare"])
+    if command == "compare":
+        _compare_flags(c)
+    i = add(sub, "inspect", "Summarise a store: variables, dims and provenance (checks that it opens).", EXAMPLES["inspect"])
+    i.add_argument("store", help="path of a .nc store")
+    f = add(sub, "figures", "Regenerate paper figures and tables into figures/ with an index.", EXAMPLES["figures"])
+    if command == "figures":
+        _figures_flags(f)
+    r = add(sub, "run", "Run a compression method end to end (as resumable runs).", EXAMPLES["run"])
+    if command == "run":
+        _run_flags(r, add)
+    return p
+
+
+def _train_flags(t: argparse.ArgumentParser) -> None:
+    from workbench.pipelines import get_method
+
     t.add_argument("what", choices=["teacher"], help="what to train")
-    for opt in methods["teacher"].options:
+    for opt in get_method("teacher").options:
         _add_option(t, opt)
     _add_run_flags(t, "retrain even if a complete run exists")
 
-    a = add(sub, "analyze", "Run an analysis extractor on a model and images; write an xarray store.", EXAMPLES["analyze"])
+
+def _analyze_flags(a: argparse.ArgumentParser) -> None:
     a.add_argument("kind", help="analysis name: attention, window-attention, dependency, retention, window-saliency, ...")
     a.add_argument("--model", required=True, help="run id/dir or timm name")
     a.add_argument("--checkpoint", default=None, help="local weights for a timm name (.safetensors, .pt, .pth)")
@@ -107,8 +141,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--norm", default=None, choices=["l2", "l1"], help="dependency only: norm of the gradient (default l2)")
     _add_device(a)
 
-    c = add(sub, "compare", "Compare a teacher with compressed students (representations, token maps, predictions, "
-            "attributions and their faithfulness); write one xarray store.", EXAMPLES["compare"])
+
+def _compare_flags(c: argparse.ArgumentParser) -> None:
     c.add_argument("--teacher", required=True, help="run id/dir or timm name")
     c.add_argument("--student", action="append", required=True, metavar="[LABEL=]MODEL",
                    help="a student: run id/dir or timm name, labelled LABEL (default: the reference); repeat for more")
@@ -127,10 +161,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--img-size", type=int, default=None, help="input resolution of timm-name models (e.g. 384)")
     _add_device(c)
 
-    i = add(sub, "inspect", "Summarise a store: variables, dims and provenance (checks that it opens).", EXAMPLES["inspect"])
-    i.add_argument("store", help="path of a .nc store")
 
-    f = add(sub, "figures", "Regenerate paper figures and tables into figures/ with an index.", EXAMPLES["figures"])
+def _figures_flags(f: argparse.ArgumentParser) -> None:
     f.add_argument("ids", nargs="*", help="figure ids or paper prefixes (e.g. far.fig4, far)")
     g = f.add_mutually_exclusive_group()
     g.add_argument("--list", action="store_true", help="list registered figures")
@@ -145,9 +177,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="recompute analyses and figure data and redraw every figure (runs are reused)")
     f.add_argument("--pdf", action="store_true", help="also write every figure as a vector PDF (default: PNG only)")
 
-    r = add(sub, "run", "Run a compression method end to end (as resumable runs).", EXAMPLES["run"])
+
+def _run_flags(r: argparse.ArgumentParser, add: Callable[..., argparse.ArgumentParser]) -> None:
+    from workbench.pipelines import load_all as load_methods
+
     rs = r.add_subparsers(dest="method", required=True)
-    for name, entry in sorted(methods.items()):
+    for name, entry in sorted(load_methods().items()):
         if entry.teacher is None:
             continue  # the teachers: `workbench train teacher`
         mp = add(rs, name, entry.summary, "\n  ".join(entry.examples))
@@ -158,7 +193,6 @@ def _parser() -> argparse.ArgumentParser:
         for opt in entry.options:
             _add_option(mp, opt)
         _add_run_flags(mp, "redo the method's runs even if complete (the teacher is reused)")
-    return p
 
 
 def cmd_info(args) -> int:
@@ -172,7 +206,7 @@ def cmd_info(args) -> int:
     from workbench.provenance import versions
     from workbench.runs import home, list_runs
 
-    con = Console()
+    con = Console(soft_wrap=True)  # long paths are not broken across lines
     v = versions()
     con.print(f"[bold]vit-workbench[/] {v['workbench_version']}  torch {v['torch_version']}  timm {v['timm_version']}  "
               f"python {platform.python_version()}")
@@ -181,13 +215,17 @@ def cmd_info(args) -> int:
     con.print(f"home: {home()}  (set WORKBENCH_HOME to move it)")
     runs = list_runs()
     if runs:
-        tab = Table("run", "status", "model", "val_acc", "wall time (s)")
+        tab = Table()
+        tab.add_column("run", no_wrap=True)  # ids are never cut (they are copied into other commands)
+        for header in ("status", "model", "val_acc", "wall time (s)"):
+            tab.add_column(header)
         for r in runs:
             m = r.manifest
             acc = (m.get("results") or {}).get("val_acc")
             tab.add_row(r.id, m.get("status", "?"), str(m.get("model_name")), f"{acc:.4f}" if acc is not None else "-",
                         f"{m.get('wall_time_s', 0):.0f}")
-        con.print(tab)
+        need = Console(width=100_000).measure(tab).maximum  # rich would squeeze the table into 80 columns when piped
+        Console(width=max(con.width, need)).print(tab)
     else:
         con.print("no runs yet: `workbench train teacher --arch vit` or `workbench figures --all`")
     con.print(f"{len(load_all())} registered figures (`workbench figures --list`)")
@@ -259,6 +297,7 @@ def _checkpoints(values: Sequence[str], labels: Sequence[str]) -> dict[str, str]
 def cmd_compare(args) -> int:
     from workbench.compare import parse_students, run_compare
     from workbench.plots.compare import summary_frame
+    from workbench.provenance import RANDOM_INIT
     from workbench.store import open_store
 
     students = parse_students(args.student)
@@ -270,6 +309,9 @@ def cmd_compare(args) -> int:
                        img_size=args.img_size, **opts)
     ds = open_store(path)
     print(summary_frame(ds).to_string(index=False))
+    untrained = [m for m, src in json.loads(ds.attrs.get("models", "{}")).items() if src.get("weights") == RANDOM_INIT]
+    if untrained:
+        print(f"random-init weights: {', '.join(untrained)} (no checkpoint given: these rows describe untrained networks)")
     for part, why in json.loads(ds.attrs.get("skipped", "{}")).items():
         print(f"skipped {part}: {why}")
     for part, per_model in json.loads(ds.attrs.get("notes", "{}")).items():
@@ -297,8 +339,6 @@ def cmd_figures(args) -> int:
     from rich.table import Table
 
     from workbench import figures as F
-    from workbench.figures.render import BackgroundDraw, draw_all
-    from workbench.figures.schedule import default_jobs, prepare
 
     if args.list:
         specs = F.load_all()
@@ -309,6 +349,9 @@ def cmd_figures(args) -> int:
         return 0
     if not args.all and not args.ids:
         raise ValueError("name figure ids, or pass --all or --list")
+    from workbench.figures.render import BackgroundDraw, draw_all  # (imports methods, torch: not for --list)
+    from workbench.figures.schedule import default_jobs, prepare
+
     specs = list(F.load_all().values()) if args.all else F.get(args.ids)
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
@@ -359,12 +402,23 @@ def cmd_figures(args) -> int:
     return 0
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A workbench warning (e.g. random-init weights) as one ``workbench: warning:`` line on stderr; others as usual."""
+    if category.__module__.startswith("workbench."):
+        print(f"workbench: warning: {message}", file=sys.stderr)
+    else:
+        print(warnings.formatwarning(message, category, filename, lineno, line), end="", file=file or sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parser(_command(argv)).parse_args(argv)
     handlers = {"info": cmd_info, "train": cmd_train, "analyze": cmd_analyze, "compare": cmd_compare,
                 "figures": cmd_figures, "inspect": cmd_inspect, "run": cmd_run}
     try:
-        return handlers[args.command](args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return handlers[args.command](args)
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume from the last checkpoint", file=sys.stderr)
         return 130

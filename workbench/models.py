@@ -7,20 +7,23 @@ A model reference is one of
   rebuilds the architecture, and its ``model.safetensors`` is loaded strictly;
 - a timm name (``deit_tiny_patch16_224``, ``swin_tiny_patch4_window7_224``, ``vit_demo``...)
   with an optional local checkpoint (``.safetensors``, or ``.pt``/``.pth`` read with
-  ``weights_only=True``: a checkpoint that needs unpickling of arbitrary objects is refused).
+  ``weights_only=True``: a checkpoint that needs unpickling of arbitrary objects is refused); without a
+  checkpoint the model keeps its random initial weights, with a :class:`~workbench.provenance.RandomInitWarning`
+  and ``weights: random-init`` in its provenance.
 
 Nothing is downloaded: asking for pretrained weights says how to pass a local file instead.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
-from workbench.provenance import ModelSource
+from workbench.provenance import RANDOM_INIT, ModelSource, RandomInitWarning
 from workbench.runs import Run, RunError, open_run, runs_root, sha256_file
 
 
@@ -150,6 +153,9 @@ def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | 
         checkpoint: local weights for a timm name (not allowed with a run).
         device: where to put the model.
         **kwargs: passed to ``timm.create_model`` (e.g. ``img_size=384``).
+
+    Warns:
+        RandomInitWarning: a timm name without a checkpoint (its ``source.weights`` is ``"random-init"``).
     """
     run = _maybe_run(ref)
     if run is not None:
@@ -168,6 +174,11 @@ def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | 
         if checkpoint is not None:
             load_weights(model, read_state_dict(checkpoint), what=f"checkpoint {str(checkpoint)!r}")
             sha = sha256_file(Path(checkpoint).expanduser())
+        else:
+            warnings.warn(f"{ref!r} has random-init weights (a timm name without a checkpoint): what is computed from "
+                          f"it describes an untrained network, and its provenance says weights: {RANDOM_INIT}. Pass a "
+                          "run id, or the weights with --checkpoint (.safetensors, .pt, .pth)", RandomInitWarning,
+                          stacklevel=2)
         source = ModelSource(ref, "teacher", sha, None)
     model.eval().to(device)
     cfg = getattr(model, "pretrained_cfg", {}) or {}

@@ -1,7 +1,9 @@
 """Provenance attributes carried by every stored Dataset (shared DESIGN.md, "Provenance").
 
 Extractors set ``analysis`` and ``config``; :func:`stamp` adds where the model and the images came
-from and which software produced the numbers, so any figure can be traced back from its store.
+from and which software produced the numbers, so any figure can be traced back from its store. ``weights``
+says whether the model's weights come from a ``run``, a ``checkpoint``, or nowhere (``random-init``: a timm
+name loaded without weights, which :func:`workbench.models.load_model` warns about and the figures mark).
 """
 
 from __future__ import annotations
@@ -31,6 +33,13 @@ REQUIRED_ATTRS = (
 #: netCDF attributes cannot hold None; a missing value is stored as this string.
 NULL = "null"
 
+#: The ``weights`` attr of a model nobody trained: a timm name loaded without a checkpoint.
+RANDOM_INIT = "random-init"
+
+
+class RandomInitWarning(UserWarning):
+    """A model is used with its random initial weights (a timm name without a checkpoint)."""
+
 
 @dataclass(frozen=True)
 class ModelSource:
@@ -40,6 +49,21 @@ class ModelSource:
     method: str = "teacher"  # "teacher" or a method short name ("far", "slimswin", ...)
     checkpoint_sha256: str | None = None  # sha256 of the weights file, None for random init
     run: str | None = None  # run id when the model comes from a run directory
+
+    @property
+    def weights(self) -> str:
+        """Where the weights came from: ``"run"``, ``"checkpoint"`` or ``"random-init"`` (:data:`RANDOM_INIT`)."""
+        return "run" if self.run else "checkpoint" if self.checkpoint_sha256 else RANDOM_INIT
+
+
+def weights_of(attrs: dict) -> str:
+    """The ``weights`` attr of a stored Dataset's provenance; derived for stores written before it was recorded."""
+    def get(key: str) -> str | None:
+        value = attrs.get(key)
+        return None if value in (None, NULL, "") else str(value)
+
+    return get("weights") or ModelSource(str(get("model_name")), checkpoint_sha256=get("checkpoint_sha256"),
+                                         run=get("run")).weights
 
 
 @dataclass(frozen=True)
@@ -120,6 +144,7 @@ def stamp(ds: xr.Dataset, model: ModelSource, data: DataSource) -> xr.Dataset:
         method=model.method,
         checkpoint_sha256=model.checkpoint_sha256 or NULL,
         run=model.run or NULL,
+        weights=model.weights,
         data=data.describe(),
         created=now_iso(),
         **versions(),

@@ -100,10 +100,11 @@ def stack_maps(datasets: Mapping[str, xr.Dataset], *, normalize: Normalize = "no
     if any(a.sizes.get(d, 0) == 0 for a in aligned for d in ("sample", "layer", "query")):
         raise ValueError("the maps share no sample, layer or query: compute them on the same images and layers")
     labels = list(datasets)
-    out = xr.concat(aligned, dim="model", coords="minimal", compat="override").to_dataset()
+    out = xr.concat(aligned, dim="model", coords="minimal", compat="override", join="outer").to_dataset()
     if all(c is not None for c in cls_maps):
         cls_aligned = xr.align(*cls_maps, join="inner")
-        out["cls_map"] = xr.concat(cls_aligned, dim="model", coords="minimal", compat="override")
+        out["cls_map"] = xr.concat(cls_aligned, dim="model", coords="minimal", compat="override",
+                                   join="outer")
     out = out.drop_vars("num_heads", errors="ignore").assign_coords(model=labels, measure=("model", measures),
                                                                      units=("model", units))
     out["map"].attrs.update(units="share of the row" if normalize == "row" else "per model: the units coordinate",

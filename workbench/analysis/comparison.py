@@ -67,7 +67,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass
-from typing import Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -81,6 +81,7 @@ from workbench.analysis.faithfulness import auc, deletion_insertion, infidelity
 from workbench.analysis.predictions import prediction_agreement
 from workbench.analysis.token_agreement import METRICS, attention_maps, saliency_maps, token_map_agreement
 from workbench.analysis.tokens import vit_token_layout
+from workbench.progress import progress_bar
 from workbench.provenance import DataSource, ModelSource, config_json, stamp
 
 __all__ = ["PARTS", "Part", "CompareConfig", "compare_models", "representation_names", "model_features",
@@ -217,8 +218,10 @@ def _block_indices(blocks: Sequence[str]) -> list[int]:
 
 
 def _maps_part(models: Mapping[str, nn.Module], images: torch.Tensor, reference: str, layer_names: list[str],
-               cfg: CompareConfig, notes: dict) -> xr.Dataset | str:
+               cfg: CompareConfig, notes: dict, bar: Any) -> xr.Dataset | str:
+    bar.set_postfix_str(f"maps: {reference}")
     ref = attention_maps(models[reference], images, batch_size=cfg.batch_size)
+    bar.update()
     if not ref:
         return f"the teacher {reference!r} has no attention (no *.attn.hook_pattern hook points)"
     blocks = [b for b in layer_names if b in ref] or list(ref)
@@ -239,6 +242,7 @@ def _maps_part(models: Mapping[str, nn.Module], images: torch.Tensor, reference:
     for mi, (label, model) in enumerate(models.items()):
         if label == reference:
             continue
+        bar.set_postfix_str(f"maps: {label}")
         att = attention_maps(model, images, batch_size=cfg.batch_size) if cfg.student_maps != "dependency" else {}
         want_sal = [b for b in blocks if b not in att or cfg.student_maps == "dependency"]
         sal: dict[str, torch.Tensor] = {}
@@ -265,6 +269,7 @@ def _maps_part(models: Mapping[str, nn.Module], images: torch.Tensor, reference:
             saliency_used |= kind == "saliency"
         if missing and label not in notes.get("maps", {}):
             notes.setdefault("maps", {})[label] = f"no token map lining up with the teacher's for blocks {missing}"
+        bar.update()
     ti = list(models).index(reference)
     if saliency_used:  # the teacher's own saliency against its attention: the reference for saliency students
         try:
@@ -305,7 +310,7 @@ def _targets(logits: Mapping[str, torch.Tensor], reference: str, labels: np.ndar
 
 
 def _attribution_parts(models: Mapping[str, nn.Module], images: torch.Tensor, targets: Mapping[str, torch.Tensor],
-                       reference: str, cfg: CompareConfig, notes: dict, seconds: dict) -> xr.Dataset:
+                       reference: str, cfg: CompareConfig, notes: dict, seconds: dict, bar: Any) -> xr.Dataset:
     start = time.perf_counter()
     methods = list(cfg.attributions)
     b, _, h, w = images.shape
@@ -315,6 +320,7 @@ def _attribution_parts(models: Mapping[str, nn.Module], images: torch.Tensor, ta
     raw_ig: dict[str, torch.Tensor] = {}
     got: dict[str, dict[str, torch.Tensor]] = {}
     for mi, (label, model) in enumerate(models.items()):
+        bar.set_postfix_str(f"attributions: {label}")
         mp, raw, skipped = attribution_maps(model, images, targets[label], methods=methods, n_steps=cfg.ig_steps,
                                             batch_size=cfg.batch_size, seed=cfg.seed + mi)
         got[label] = mp
@@ -325,6 +331,7 @@ def _attribution_parts(models: Mapping[str, nn.Module], images: torch.Tensor, ta
             raw_ig[label] = raw["integrated_gradients"]
         for k, why in skipped.items():
             notes.setdefault(k, {})[label] = why
+        bar.update()
     agree = {k: np.full((n_m, len(methods), b), np.nan) for k in ("spearman", "topk", "cosine")}
     for mi, label in enumerate(models):
         if label == reference:
@@ -354,6 +361,7 @@ def _attribution_parts(models: Mapping[str, nn.Module], images: torch.Tensor, ta
     fraction = None
     infid = np.full((n_m, b), np.nan)
     for mi, (label, model) in enumerate(models.items()):
+        bar.set_postfix_str(f"faithfulness: {label}")
         for ai, a in enumerate(methods):
             if a not in got[label]:
                 continue
@@ -365,6 +373,7 @@ def _attribution_parts(models: Mapping[str, nn.Module], images: torch.Tensor, ta
         if cfg.infidelity and label in raw_ig:
             infid[mi] = infidelity(model, images, raw_ig[label], targets[label], seed=cfg.seed,
                                    batch_size=4 * cfg.batch_size)
+        bar.update()
     if fraction is None:
         fraction = np.linspace(0, 1, steps)
     dims = ("model", "attribution", "sample")
@@ -425,47 +434,13 @@ def compare_models(teacher: nn.Module, students: Mapping[str, nn.Module], images
     notes: dict[str, dict[str, str]] = {}
     skipped: dict[str, str] = {}
     seconds: dict[str, float] = {}
-
-    start = time.perf_counter()
-    rep_names = {k: representation_names(m, (representations or {}).get(k)) for k, m in models.items()}
-    logits, feats = {}, {}
-    for k, m in models.items():
-        logits[k], feats[k] = model_features(m, images, rep_names[k] if "cka" in cfg.parts else [],
-                                             batch_size=cfg.batch_size)
-    seconds["forward"] = time.perf_counter() - start
-    layer_names = [_block(n) for n in rep_names[teacher_name]]
-
-    out = []
-    if "cka" in cfg.parts:
-        start = time.perf_counter()
-        if not feats[teacher_name]:
-            skipped["cka"] = f"the teacher has no block outputs ({', '.join(_SUFFIXES)} hook points)"
-        else:
-            out.append(_cka_part(feats, teacher_name, notes))
-        seconds["cka"] = time.perf_counter() - start
-    if "maps" in cfg.parts:
-        start = time.perf_counter()
-        ds = _maps_part(models, images, teacher_name, layer_names, cfg, notes)
-        if isinstance(ds, str):
-            skipped["maps"] = ds
-        else:
-            out.append(ds)
-        seconds["maps"] = time.perf_counter() - start
-    n_classes = logits[teacher_name].shape[-1]
-    same = {k: v for k, v in logits.items() if v.shape[-1] == n_classes}
-    for k in set(logits) - set(same):
-        notes.setdefault("predictions", {})[k] = f"{logits[k].shape[-1]} classes, the teacher has {n_classes}"
-    if "predictions" in cfg.parts:
-        start = time.perf_counter()
-        out.append(prediction_agreement(same, reference=teacher_name, labels=lab))
-        seconds["predictions"] = time.perf_counter() - start
-    if "attributions" in cfg.parts or "faithfulness" in cfg.parts:
-        usable = {k: models[k] for k in same}
-        targets = _targets({k: logits[k] for k in same}, teacher_name, lab, cfg)
-        ds = _attribution_parts(usable, images, targets, teacher_name, cfg, notes, seconds)
-        if "attributions" not in cfg.parts:
-            ds = ds.drop_vars([v for v in ds.data_vars if v.startswith("attribution_") or v == "ig_delta"])
-        out.append(ds)
+    per_model = ["forward", *(p for p in ("maps", "attributions", "faithfulness") if p in cfg.parts)]
+    if "faithfulness" in cfg.parts and "attributions" not in cfg.parts:
+        per_model.append("attributions")  # the faithfulness curves delete and insert by the attribution maps
+    steps = len(models) * len(per_model) + ("cka" in cfg.parts) + ("predictions" in cfg.parts)
+    with progress_bar(steps, "compare") as bar:
+        out, rep_names = _compare_parts(models, images, lab, teacher_name, representations, cfg, notes, skipped,
+                                        seconds, bar)
     result = xr.merge(out, join="outer", compat="no_conflicts", combine_attrs="drop") if out else xr.Dataset()
     result = result.reindex(model=list(models)) if "model" in result.dims else result
     if lab is not None and "sample" in result.dims:
@@ -479,6 +454,61 @@ def compare_models(teacher: nn.Module, students: Mapping[str, nn.Module], images
     )
 
 
+def _compare_parts(models: dict[str, nn.Module], images: torch.Tensor, lab: np.ndarray | None, teacher_name: str,
+                   representations: Mapping[str, str | Sequence[str]] | None, cfg: CompareConfig, notes: dict,
+                   skipped: dict, seconds: dict, bar: Any) -> tuple[list[xr.Dataset], dict[str, list[str]]]:
+    """The parts of :func:`compare_models` (filling ``notes``, ``skipped``, ``seconds``), one ``bar`` step per model
+    and part; returns the parts' Datasets and every model's representation names."""
+    start = time.perf_counter()
+    rep_names = {k: representation_names(m, (representations or {}).get(k)) for k, m in models.items()}
+    logits, feats = {}, {}
+    for k, m in models.items():
+        bar.set_postfix_str(f"forward: {k}")
+        logits[k], feats[k] = model_features(m, images, rep_names[k] if "cka" in cfg.parts else [],
+                                             batch_size=cfg.batch_size)
+        bar.update()
+    seconds["forward"] = time.perf_counter() - start
+    layer_names = [_block(n) for n in rep_names[teacher_name]]
+
+    out = []
+    if "cka" in cfg.parts:
+        start = time.perf_counter()
+        bar.set_postfix_str("cka")
+        if not feats[teacher_name]:
+            skipped["cka"] = f"the teacher has no block outputs ({', '.join(_SUFFIXES)} hook points)"
+        else:
+            out.append(_cka_part(feats, teacher_name, notes))
+        seconds["cka"] = time.perf_counter() - start
+        bar.update()
+    if "maps" in cfg.parts:
+        start = time.perf_counter()
+        ds = _maps_part(models, images, teacher_name, layer_names, cfg, notes, bar)
+        if isinstance(ds, str):
+            skipped["maps"] = ds
+        else:
+            out.append(ds)
+        seconds["maps"] = time.perf_counter() - start
+    n_classes = logits[teacher_name].shape[-1]
+    same = {k: v for k, v in logits.items() if v.shape[-1] == n_classes}
+    for k in set(logits) - set(same):
+        notes.setdefault("predictions", {})[k] = f"{logits[k].shape[-1]} classes, the teacher has {n_classes}"
+    if "predictions" in cfg.parts:
+        start = time.perf_counter()
+        bar.set_postfix_str("predictions")
+        out.append(prediction_agreement(same, reference=teacher_name, labels=lab))
+        seconds["predictions"] = time.perf_counter() - start
+        bar.update()
+    if "attributions" in cfg.parts or "faithfulness" in cfg.parts:
+        usable = {k: models[k] for k in same}
+        targets = _targets({k: logits[k] for k in same}, teacher_name, lab, cfg)
+        ds = _attribution_parts(usable, images, targets, teacher_name, cfg, notes, seconds, bar)
+        if "attributions" not in cfg.parts:
+            ds = ds.drop_vars([v for v in ds.data_vars if v.startswith("attribution_") or v == "ig_delta"])
+        out.append(ds)
+    bar.update(bar.total - bar.n)  # the steps of parts left out (a teacher without attention, other classes)
+    return out, rep_names
+
+
 def stamp_comparison(ds: xr.Dataset, teacher: ModelSource, students: Mapping[str, ModelSource],
                      data: DataSource) -> xr.Dataset:
     """DESIGN.md's provenance for a comparison: the teacher's source in the standard attrs, all in ``models``."""
@@ -488,4 +518,5 @@ def stamp_comparison(ds: xr.Dataset, teacher: ModelSource, students: Mapping[str
     if missing:
         raise ValueError(f"no source given for the models {missing}")
     out = stamp(ds, teacher, data)
-    return out.assign_attrs(models=json.dumps({k: asdict(v) for k, v in sources.items()}, sort_keys=True))
+    return out.assign_attrs(models=json.dumps({k: {**asdict(v), "weights": v.weights} for k, v in sources.items()},
+                                              sort_keys=True))

@@ -70,7 +70,7 @@ def _curves(ctx: Context, pruning: str) -> xr.Dataset:
         h = h.assign({k: h[k] if k in h else xr.full_like(h["val_acc"], np.nan) for k in ("train_at", "train_kl", "train_ce")})
         parts.append(h[["val_acc", "train_at", "train_kl", "train_ce"]].expand_dims(run=[run.id]))
         rows.append({"distill": LOSSES[at], "seed": seed, **run.manifest["results"]})
-    ds = xr.concat(parts, dim="run", join="outer")
+    ds = xr.concat(parts, dim="run", join="outer", data_vars="all", coords="different", compat="no_conflicts")
     ds = ds.assign_coords(distill=("run", [r["distill"] for r in rows]), seed=("run", [r["seed"] for r in rows]))
     for key in ("val_acc", "param_reduction", "flops_reduction", "dense_flops_reduction", "realised_density", "kept_params",
                 "student_params", "teacher_params", "pruned_macs", "student_macs", "teacher_macs", "masked_val_acc"):
@@ -109,7 +109,7 @@ def density_data(ctx: Context) -> xr.Dataset:
             h = training_history(run)
             parts.append(h[["layer_density"]].expand_dims(run=[run.id]).assign_coords(
                 label=("run", [f"{pruning}, {LOSSES[at]}"]), target=("run", [b.figure_densities[pruning]])))
-    return xr.concat(parts, dim="run")
+    return xr.concat(parts, dim="run", data_vars="all", coords="different", compat="no_conflicts", join="outer")
 
 
 def _distance(student: xr.Dataset, teacher: xr.Dataset) -> np.ndarray:
@@ -136,7 +136,8 @@ def at_maps_data(ctx: Context) -> xr.Dataset:
     maps = {"teacher (CNN)": t_maps}
     for at in (False, True):
         maps[f"student, {LOSSES[at]}"] = ctx.analysis("at_maps", irregular[(at, first)].id, images).load()
-    out = xr.concat([m["at_map"] for m in maps.values()], dim=xr.DataArray(list(maps), dims="model"))
+    out = xr.concat([m["at_map"] for m in maps.values()], dim=xr.DataArray(list(maps), dims="model"), join="outer",
+                    coords="different", compat="no_conflicts")
     students, dist = [], []
     for pruning in KINDS:
         for (at, seed), run in demo_runs(ctx, pruning).items():

@@ -16,7 +16,7 @@ from typing import Callable
 
 import xarray as xr
 
-from workbench.provenance import NULL, now_iso, versions
+from workbench.provenance import NULL, now_iso, versions, weights_of
 
 __all__ = ["Context"]
 
@@ -52,7 +52,7 @@ class Context:
     def use_run(self, run):
         """Record that the data being computed uses ``run``; returns it."""
         self._used[-1].append({"run": run.id, "method": run.config.get("method"), "model_name": run.config.get("model_name"),
-                               "checkpoint_sha256": run.manifest.get("checkpoint_sha256")})
+                               "checkpoint_sha256": run.manifest.get("checkpoint_sha256"), "weights": "run"})
         return run
 
     # analyses --------------------------------------------------------------------------------
@@ -69,7 +69,8 @@ class Context:
             self._recomputed.add(path)
         ds = open_store(path)
         self._used[-1].append({"store": str(path), **{k: ds.attrs.get(k) for k in ("analysis", "model_name", "run",
-                                                                                     "checkpoint_sha256")}})
+                                                                                     "checkpoint_sha256")},
+                               "weights": weights_of(ds.attrs)})
         return ds
 
     # figure data -----------------------------------------------------------------------------
@@ -147,7 +148,8 @@ def _stamp(ds: xr.Dataset, id: str, used: list[dict], profile: str) -> xr.Datase
         return ", ".join(vals) if vals else NULL
 
     attrs = {"analysis": f"figure-data:{id}", "model_name": joined("model_name"), "method": joined("method"),
-             "checkpoint_sha256": joined("checkpoint_sha256"), "run": joined("run"), "data": ds.attrs.get("data", NULL),
+             "checkpoint_sha256": joined("checkpoint_sha256"), "run": joined("run"), "weights": joined("weights"),
+             "data": ds.attrs.get("data", NULL),
              "config": ds.attrs.get("config", "{}"), "created": now_iso(), **versions(),
              "profile": profile, "sources": json.dumps(used, default=str)}
     return ds.assign_attrs({**ds.attrs, **attrs})

@@ -114,7 +114,8 @@ def agreement_data(ctx: Context) -> xr.Dataset:
              "like-for-like": agreement(saliencies, reference="teacher saliency"),
              "like-for-like, raw": agreement(saliencies, reference="teacher saliency", normalize="none")[
                  ["pearson", "spearman", "cls_pearson"]]}
-    return xr.concat([v.expand_dims(view=[k]) for k, v in views.items()], dim="view", join="outer", data_vars="all")
+    return xr.concat([v.expand_dims(view=[k]) for k, v in views.items()], dim="view", join="outer", data_vars="all",
+                     coords="different", compat="no_conflicts")
 
 
 @dataset("far.table3", after=("teacher.vit",))

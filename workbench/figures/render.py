@@ -87,7 +87,8 @@ def draw(spec: FigureSpec, ctx: Context, out_dir: Path, *, reuse: bool = True,
     import matplotlib.pyplot as plt
 
     from workbench.plots.table import Table
-    from workbench.plots.theme import set_theme
+    from workbench.plots.theme import mark_random_init, set_theme
+    from workbench.provenance import RANDOM_INIT
 
     entry_path = out_dir / f".{spec.id}.json"
     before = _fingerprint(spec, ctx, formats)
@@ -97,7 +98,9 @@ def draw(spec: FigureSpec, ctx: Context, out_dir: Path, *, reuse: bool = True,
             return []
     set_theme()
     datasets = [ctx.data(d) for d in spec.data]
-    result = spec.plot(*datasets)
+    provenance = [json.loads(ds.attrs.get("sources", "[]")) for ds in datasets]
+    untrained = sorted({str(u.get("model_name")) for p in provenance for u in p if u.get("weights") == RANDOM_INIT})
+    result = mark_random_init(spec.plot(*datasets), untrained)
     if isinstance(result, Table):
         files = [atomic_write_text(out_dir / f"{spec.id}.md", result.to_markdown()),
                  atomic_write_text(out_dir / f"{spec.id}.csv", result.frame.to_csv(index=False))]
@@ -108,7 +111,6 @@ def draw(spec: FigureSpec, ctx: Context, out_dir: Path, *, reuse: bool = True,
                 result.savefig(tmp, dpi=150 if ext == "png" else None, bbox_inches="tight", format=ext)
             files.append(out_dir / f"{spec.id}.{ext}")
         plt.close(result)
-    provenance = [json.loads(ds.attrs.get("sources", "[]")) for ds in datasets]
     verdict = spec.verdict(*datasets)
     finding = None if verdict is None else {"claim": spec.finding.claim, "paper_value": spec.finding.paper_value,
                                             "status": verdict.status, "statistic": verdict.statistic,
@@ -118,7 +120,8 @@ def draw(spec: FigureSpec, ctx: Context, out_dir: Path, *, reuse: bool = True,
              "created": [ds.attrs.get("created") for ds in datasets],
              "versions": {k: datasets[0].attrs.get(k) for k in ("workbench_version", "torch_version", "timm_version")}
              if datasets else {},
-             "provenance": [u for p in provenance for u in p], "fingerprint": _fingerprint(spec, ctx, formats)}
+             "provenance": [u for p in provenance for u in p], "random_init": untrained,
+             "fingerprint": _fingerprint(spec, ctx, formats)}
     atomic_write_text(entry_path, json.dumps(entry, indent=1, default=str))
     for ds in datasets:
         ds.close()
@@ -246,7 +249,10 @@ def write_index(out_dir: Path) -> Path:
     for paper in papers:
         lines += [f'<a id="{_anchor(paper)}"></a>', "", f"## {PAPERS.get(paper, paper)}", ""]
         for e in (e for e in entries if e["paper"] == paper):
-            lines += [f'<a id="{_anchor(e["id"])}"></a>', "", f"### `{e['id']}` ({e['kind']}, profile {e['profile']})", ""]
+            untrained = (f" — **random-init weights: {', '.join(e['random_init'])}** (untrained)"
+                         if e.get("random_init") else "")
+            lines += [f'<a id="{_anchor(e["id"])}"></a>', "",
+                      f"### `{e['id']}` ({e['kind']}, profile {e['profile']}){untrained}", ""]
             png = next((f for f in e["files"] if f.endswith(".png")), None)
             md = next((f for f in e["files"] if f.endswith(".md")), None)
             if png:

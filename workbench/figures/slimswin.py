@@ -88,7 +88,8 @@ def masks_data(ctx: Context) -> xr.Dataset:
     _, runs = sweep(ctx)
     parts = [ctx.analysis("window_saliency", r.id, ctx.profile.analysis_images).load()
              .expand_dims(ratio=[float(r.config["slimswin"]["target_ratio"])]) for r in runs]
-    return xr.concat(parts, dim="ratio", data_vars="minimal", coords="minimal", compat="override")
+    return xr.concat(parts, dim="ratio", data_vars="minimal", coords="minimal", compat="override",
+                     join="outer")
 
 
 @dataset("slimswin.saliency", after=("teacher.swin",))

@@ -175,7 +175,8 @@ def agreement_data(ctx: Context) -> xr.Dataset:
                            "overlap": agree["overlap"].mean(rows), "own_mass": sa["own_mass"].mean(rows),
                            "budget": int(sa["budget"].max())})
         parts.append(part.expand_dims(keep_rate=[k]))
-    return xr.concat(parts, dim="keep_rate").assign_attrs(teacher_run=teacher.id, images=images)
+    return xr.concat(parts, dim="keep_rate", data_vars="all", coords="different", compat="no_conflicts",
+                     join="outer").assign_attrs(teacher_run=teacher.id, images=images)
 
 
 @dataset("sparsifiner.flops")

@@ -59,7 +59,7 @@ def _table(*teachers: xr.Dataset):
 
     from workbench.plots.table import Table
 
-    ds = xr.concat(teachers, dim="run")
+    ds = xr.concat(teachers, dim="run", data_vars="all", coords="different", compat="no_conflicts", join="outer")
     rows = [{"teacher": ARCH_LABEL[str(ds.arch[i].values)], "timm name": str(ds.model_name[i].values),
              "params": f"{int(ds.params[i]) / 1e3:.0f}k", "epochs": int(ds.epochs[i]),
              "held-out top-1 (%)": round(100 * float(ds.val_acc[i]), 2), "target (%)": 100 * TARGET[str(ds.arch[i].values)],

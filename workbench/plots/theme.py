@@ -54,3 +54,24 @@ def set_theme(context: Context = "paper", font_scale: float = 1.0) -> None:
 
     sns.set_theme(context=context, style="white", palette=PALETTE, font_scale=font_scale)
     mpl.rcParams.update(theme_rc(context, font_scale))
+
+
+def mark_random_init(result: Any, models: list[str]) -> Any:
+    """Mark a figure or :class:`~workbench.plots.table.Table` built on models with random-init weights.
+
+    A red line above the figure (a table: a title prefix and a note) names the untrained ``models``, so a picture
+    of an untrained network is never mistaken for a result. Nothing happens when ``models`` is empty.
+
+    Returns:
+        ``result``, marked.
+    """
+    if not models:
+        return result
+    text = f"random-init weights: {', '.join(models)} (untrained, no checkpoint)"
+    if hasattr(result, "frame") and hasattr(result, "notes"):  # a Table
+        result.title = f"[random-init weights] {result.title}"
+        result.notes.append(text + ": these numbers describe untrained networks")
+        return result
+    result.text(0.5, 1.0, text, transform=result.transFigure, ha="center", va="bottom", color="#c00000",
+                fontweight="bold", fontsize="small")
+    return result
