@@ -14,9 +14,10 @@ computations on the same machine do the same float arithmetic; with more jobs, s
 
 ``diff`` compares each numeric variable and coordinate at ``|a - b| <= atol + rtol * |b|`` (defaults
 ``rtol=1e-4``, ``atol=1e-6``: float32 noise of a reordered sum, not a changed computation); strings and other
-values must be equal. It also compares each Dataset's ``config`` attribute. Variables that time models
-(names containing ``latency``, ``ms``, ``seconds``, ``time``, ``throughput``) differ from one run to the next
-and are reported separately as "timing". Exit status 1 when anything but timing differs.
+values must be equal. It also compares each Dataset's ``config`` attribute. Variables that time models or runs
+(named ``ms``, ``*_ms``, ``*_s``, or containing ``latency``, ``seconds``, ``time``, ``throughput``; every variable of
+:data:`TIMING_IDS`, e.g. the latency ratios of ``compare.latency``) differ from one run to the next and are
+reported separately as "timing". Exit status 1 when anything but timing differs.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-TIMING_WORDS = ("latency", "_ms", "ms_", "seconds", "time", "throughput", "speedup", "speed")
+TIMING_WORDS = ("latency", "seconds", "time", "throughput", "speedup")
+TIMING_IDS = ("compare.latency",)  # data that is all measured time (milliseconds and their ratios)
 
 
 def compute(out: Path, profile: str, jobs: int, device: str) -> None:
@@ -60,9 +62,10 @@ def compute(out: Path, profile: str, jobs: int, device: str) -> None:
     print(f"{len(ids)} data ids of profile {profile!r} in {wall:.0f} s -> {out}")
 
 
-def _is_timing(name: str) -> bool:
+def _is_timing(data_id: str, name: str) -> bool:
     n = name.lower()
-    return any(w in n for w in TIMING_WORDS)
+    return (data_id in TIMING_IDS or n == "ms" or n.endswith(("_ms", "_s")) or n.startswith("ms_")
+            or any(w in n for w in TIMING_WORDS))
 
 
 def _compare_arrays(a, b, rtol: float, atol: float) -> str | None:
@@ -116,7 +119,7 @@ def diff(before: Path, after: Path, rtol: float, atol: float) -> int:
         for n in sorted(names_b & names_a, key=str):
             msg = _compare_arrays(db[n].values, da[n].values, rtol, atol)
             if msg is not None:
-                (timing if _is_timing(str(n)) else lines).append(f"  {n}: {msg}")
+                (timing if _is_timing(i, str(n)) else lines).append(f"  {n}: {msg}")
         if db.attrs.get("config") != da.attrs.get("config"):
             lines.append(f"  attrs.config: {db.attrs.get('config')} vs {da.attrs.get('config')}")
         if not lines and not timing:

@@ -55,6 +55,42 @@ class Context:
                                "checkpoint_sha256": run.manifest.get("checkpoint_sha256")})
         return run
 
+    def model(self, run, **kwargs):
+        """The model of ``run`` (a Run or a run id), loaded on the CPU in eval mode, recorded as used."""
+        from workbench.models import load_model
+        from workbench.runs import Run, open_run
+
+        run = run if isinstance(run, Run) else open_run(run)
+        self.use_run(run)
+        return load_model(run.id, **kwargs).model
+
+    def images(self, spec: str, model=None):
+        """The image batch ``spec`` (:func:`workbench.data.load_images`), sized and normalised for ``model`` (its
+        ``pretrained_cfg``; the demo's 1×28×28 without one)."""
+        from workbench.data import load_images
+
+        cfg = getattr(model, "pretrained_cfg", {}) or {}
+        return load_images(spec, input_size=tuple(cfg.get("input_size", (1, 28, 28))), mean=cfg.get("mean"),
+                           std=cfg.get("std"))
+
+    def heldout(self):
+        """The profile's held-out set (the demo set's validation split on the demo and smoke profiles)."""
+        from workbench.data import datasets
+
+        return datasets(self.profile.name)[1]
+
+    def budget(self, method: str):
+        """``method``'s budget on this profile (:func:`workbench.pipelines.budget`)."""
+        from workbench.pipelines import budget
+
+        return budget(method, self.profile)
+
+    def paper(self, method: str):
+        """The paper's published numbers of ``method`` (its registry entry's ``paper``)."""
+        from workbench.pipelines import get_method
+
+        return get_method(method).paper
+
     # analyses --------------------------------------------------------------------------------
     def analysis(self, kind: str, model: str, images: str, *, checkpoint: str | None = None, **options) -> xr.Dataset:
         """Extractor ``kind`` on ``model`` and ``images``, computed once and read back from its store afterwards."""
@@ -70,6 +106,31 @@ class Context:
         ds = open_store(path)
         self._used[-1].append({"store": str(path), **{k: ds.attrs.get(k) for k in ("analysis", "model_name", "run",
                                                                                      "checkpoint_sha256")}})
+        return ds
+
+    def extract(self, kind: str, key: str, build: Callable[[], object], images: str, **options) -> xr.Dataset:
+        """Extractor ``kind`` on a model that is no run (``build()`` makes it, e.g. a branched model at its
+        initialisation), computed once per ``key`` and read back from its store afterwards, like :meth:`analysis`.
+
+        Args:
+            key: names the model and everything that defines it (part of the store's name).
+            build: ``() -> nn.Module`` in eval mode; called only when the store is computed.
+            images: image spec, sized and normalised for the model.
+        """
+        from workbench.analysis import get_extractor
+        from workbench.provenance import ModelSource, stamp
+        from workbench.store import open_store, save
+
+        sig = json.dumps({"kind": kind, "model": key, "images": images, "options": options}, sort_keys=True, default=str)
+        path = self.store_dir / f"{kind}-{hashlib.sha256(sig.encode()).hexdigest()[:16]}.nc"
+        if not path.exists() or (self.force and path not in self._recomputed):
+            model = build()
+            batch = self.images(images, model)
+            ds = get_extractor(kind)(model, batch.tensor, **options)
+            save(stamp(ds, ModelSource(name=key, method="figure-model"), batch.source), path)
+            self._recomputed.add(path)
+        ds = open_store(path)
+        self._used[-1].append({"store": str(path), "analysis": ds.attrs.get("analysis"), "model_name": key})
         return ds
 
     # figure data -----------------------------------------------------------------------------

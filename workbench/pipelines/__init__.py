@@ -9,7 +9,9 @@ A method plugs into the workbench with one :class:`Method` entry, registered wit
   the request carries the resolved teacher, the profile, the budget, device, data and logging;
 - ``options``: the method's own options (:class:`Option`), which become ``workbench run <name>``
   flags and keywords of ``run``; the flags every method shares (``--teacher``, ``--checkpoint``,
-  ``--profile``, ``--data``, ``--device``, ``--force``) belong to the CLI.
+  ``--profile``, ``--data``, ``--device``, ``--force``) belong to the CLI;
+- ``paper_title`` and ``paper``: the paper's short title (the figure index's heading) and its published
+  numbers, which the figures show beside ours.
 
 :func:`run_method` is the single entry point behind the CLI, the figures and notebooks: it resolves
 the teacher (a run, a demo arch trained on demand, or a timm name with weights), looks the budget
@@ -45,6 +47,8 @@ class Option:
     choices: tuple[Any, ...] | None = None  # allowed values
     required: bool = False  # the flag must be given on the command line
     switch: bool = False  # a boolean --flag / --no-flag pair
+    check: Callable[[Any], None] | None = None  # raises ValueError for a bad value; run_method calls it on a given
+    # value before the teacher is resolved (a bad value fails before a demo teacher is trained)
 
     @property
     def flag(self) -> str:
@@ -78,6 +82,11 @@ class Method:
     options: tuple[Option, ...] = ()  # its own flags
     examples: tuple[str, ...] = ()  # command lines for --help
     report: Callable[["Run"], str] | None = None  # one-paragraph summary of a finished run for the CLI
+    paper_title: str = ""  # short title of the paper it implements, the heading of its figures in the index ("FAR —
+    # attention replaced by BiLSTMs"); "" for none (the teachers)
+    paper_ref: str = ""  # the paper's file in the shared papers/ folder ("papers/000"); orders the figure index
+    paper: Mapping[str, Any] = field(default_factory=dict)  # the paper's published numbers and conventions the
+    # figures show beside ours (e.g. {"table3": methods.far.PAPER_TABLE3}), so figures never import ``methods``
     extra: dict[str, Any] = field(default_factory=dict)  # anything else the method's figures want to look up
 
 
@@ -166,6 +175,8 @@ def run_method(
             options[opt.name] = opt.default
         elif opt.choices is not None and options[opt.name] not in opt.choices:
             raise ValueError(f"{opt.flag} must be one of {', '.join(map(str, opt.choices))}, got {options[opt.name]!r}")
+        elif opt.check is not None:
+            opt.check(options[opt.name])
     spent = budget(name, prof)  # an unknown profile fails before any teacher is trained
     ref = None
     if entry.teacher is not None:

@@ -37,6 +37,8 @@ from torch.utils.data import DataLoader
 
 from methods.hooks import run_with_cache
 from methods.sparsifiner import (
+    PAPER_TABLE2,
+    PAPER_TABLE4,
     Phase1Loss,
     Phase2Loss,
     SparsifinerConfig,
@@ -414,6 +416,8 @@ def _report(run: Run) -> str:
 register_method(Method(
     "sparsifiner", "Sparsifiner: learned instance-dependent sparse attention of a ViT teacher at a keep rate "
     "(or its Linformer baseline).", BUDGETS, _run, teacher="vit", family="ViT",
+    paper_title="Sparsifiner — instance-dependent sparse attention", paper_ref="papers/001",
+    paper={"table2": PAPER_TABLE2, "table4": PAPER_TABLE4},
     options=(Option("keep_rate", "attention keep rate in (0, 1]: B = ceil(keep_rate * tokens) keys per patch query",
                     type=parse_keep_rate, required=True),
              Option("linformer", "train the Linformer baseline at k = B instead (Table 4)", type=None, default=False,

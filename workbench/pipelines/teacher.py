@@ -28,10 +28,9 @@ from torch.utils.data import Dataset
 
 from methods.teachers import DEMO_TEACHERS
 from methods.train import TrainConfig, fit, mixup_cutmix, repeated_augmentation, soft_target_cross_entropy
-from workbench.data import DemoDataset, image_folder, scan_image_folder
+from workbench.data import datasets, scan_image_folder
 from workbench.models import create_model, load_weights, read_state_dict
 from workbench.pipelines import Method, Option, RunRequest, budget, register_method
-from workbench.profiles import get_profile
 from workbench.runs import Run, RunError, ensure_run, open_run, runs_root, sha256_file
 
 
@@ -115,34 +114,6 @@ BUDGETS: dict[str, TeacherBudget] = {
         lr_per_512=5e-4,
     ),
 }
-
-
-def datasets(profile: str, data: str | None = None, input_size=(1, 28, 28), mean=None, std=None, *,
-             augment: Augment | None = None, eval_transform: dict | None = None) -> tuple[Dataset, Dataset]:
-    """Training and held-out sets of a profile: the demo split, or ``DATA/train`` and ``DATA/val``.
-
-    Args:
-        profile: ``demo``, ``smoke`` or ``paper`` (the demo split's size; ``paper`` needs ``data``).
-        data: ImageFolder root with ``train/`` and ``val/``, or None for the demo set (digits padded to
-            ``input_size``).
-        input_size, mean, std: the model's input.
-        augment: ImageFolder training augmentation (RandAugment, random erasing; None: timm's default
-            training transform).
-        eval_transform: more ``create_transform`` options of the held-out set (``crop_pct``, ``interpolation``).
-    """
-    prof = get_profile(profile)
-    if data is None:
-        if profile == "paper":
-            raise ValueError("the paper profile trains on your data: pass --data PATH (an ImageFolder with train/ and val/)")
-        size = tuple(input_size)  # digits padded to the model's input size (DemoDataset)
-        return (DemoDataset("train", train_transform=True, limit=prof.train_limit, input_size=size),
-                DemoDataset("val", limit=prof.val_limit, input_size=size))
-    root = Path(data).expanduser()
-    kw = dict(input_size=input_size, mean=mean, std=std)
-    train_kw = {} if augment is None else dict(auto_augment=augment.auto_augment, re_prob=augment.re_prob,
-                                               re_mode="pixel", re_count=1, interpolation=augment.interpolation)
-    return (image_folder(root / "train", is_training=True, **kw, **train_kw),
-            image_folder(root / "val", is_training=False, **kw, **(eval_transform or {})))
 
 
 def teacher_run_id(arch: str, profile: str, model_name: str | None = None) -> str:
