@@ -118,6 +118,9 @@ def _config(cfg: SlimSwinConfig, recipe: SlimSwinRecipe, req: RunRequest) -> dic
     t = req.teacher
     return {"model_name": "slimswin_swin",
             "model_kwargs": {"base": t.model_name, "base_kwargs": t.model_kwargs, "gate_mode": cfg.gate_mode},
+            # SlimSwin runs have recorded their teacher by ref and weights hash (which identify it) since their first
+            # version; recording the full teacher_record instead would make every existing run's config differ
+            "teacher": {"ref": t.ref, "checkpoint_sha256": t.sha256},
             "slimswin": asdict(cfg),
             "recipe": {"batch_size": recipe.batch_size, "seed": recipe.seed,
                        **({"final_train_images": recipe.final_train_images} if recipe.final_train_images else {})}}
