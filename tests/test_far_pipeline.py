@@ -31,8 +31,8 @@ def far_runs(smoke_teacher):
 
 
 def test_runs_end_to_end(far_runs):
-    from workbench.pipelines.far import load_masks
     from workbench.data import datasets
+    from workbench.pipelines.far import load_masks
 
     teacher, far, pruned = far_runs
     assert (far.id, pruned.id) == ("far-vit-smoke", "far_pruned-vit-smoke")

@@ -150,7 +150,7 @@ def latency_data(ctx: Context) -> xr.Dataset:
     """Single-thread CPU latency at batch 1 of every teacher and student (median of interleaved rounds)."""
     import torch
 
-    from methods.train import cpu_threads
+    from workbench.runtime import cpu_threads
 
     rounds = BUDGETS[ctx.profile.name].latency_rounds
     rows = []

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from methods.io import atomic_path, atomic_write_text
 from workbench.figures import FigureSpec
 from workbench.figures.context import Context
+from workbench.runtime import atomic_path, atomic_write_text
 
 __all__ = ["FORMATS", "BackgroundDraw", "render", "draw", "draw_all", "write_index"]
 

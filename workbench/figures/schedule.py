@@ -37,7 +37,7 @@ LOGGER = "workbench.figures"
 
 def default_jobs(device: str) -> int:
     """One worker per CPU core on the CPU (each step uses one thread); one on a GPU (the steps share it)."""
-    from methods.train import resolve_device
+    from workbench.runtime import resolve_device
 
     if resolve_device(device).type != "cpu":
         return 1
@@ -77,10 +77,8 @@ def prepare(ids: Iterable[str], *, jobs: int, profile: str = "demo", device: str
         Whatever a step raised (the first failure); the other workers are terminated.
     """
     from workbench.figures.context import Context
-
-    from workbench.runs import home
-
     from workbench.figures.step_estimates import estimate
+    from workbench.runs import home
 
     graph = closure(ids)
     times_file = home() / "stores" / profile / "step_seconds.json"
@@ -122,7 +120,7 @@ def prepare(ids: Iterable[str], *, jobs: int, profile: str = "demo", device: str
             finished(i, time.perf_counter() - t0)
     finally:
         if took:
-            from methods.io import atomic_write_text
+            from workbench.runtime import atomic_write_text
 
             atomic_write_text(times_file, json.dumps({**recorded, **took}, indent=1, sort_keys=True))
     return took
