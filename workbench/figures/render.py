@@ -21,12 +21,6 @@ __all__ = ["FORMATS", "BackgroundDraw", "render", "draw", "draw_all", "write_ind
 #: drawing time, measured over six of the largest figures).
 FORMATS: tuple[str, ...] = ("png",)
 
-PAPERS = {"workbench": "Teachers (the workbench's own)", "far": "FAR — attention replaced by BiLSTMs",
-          "sparsifiner": "Sparsifiner — instance-dependent sparse attention",
-          "nondeep": "Non-deep ViT — parallel branches collapsed", "attentionlite": "AttentionLite — distillation into SA-ResNets",
-          "slimswin": "SlimSwin — window-head pruning", "compare": "Teacher vs compressed"}
-
-
 def render(specs: list[FigureSpec], ctx: Context, out_dir: str | Path = "figures", *, reuse: bool = True,
            index: bool = True, formats: tuple[str, ...] = FORMATS) -> list[Path]:
     """Draw each spec (its data computed or read back through ``ctx``), write its files, then rewrite ``index.md``.
@@ -221,7 +215,8 @@ def write_index(out_dir: Path) -> Path:
 
     Layout: a contents list (one line per paper, linking its section and each of its items), then per paper a
     section with every item: its id, a thumbnail linking the full-size PNG (a table inline), its caption, its files,
-    and its provenance under a folded ``<details>``. Papers come in :data:`PAPERS` order, unknown ones after.
+    and its provenance under a folded ``<details>``. Papers come in :func:`~workbench.figures.paper_titles` order (the
+    registered figure groups and methods), unknown ones after.
     """
     from workbench.provenance import now_iso, versions
 
@@ -229,16 +224,19 @@ def write_index(out_dir: Path) -> Path:
     v = versions()
     lines = ["# Figures", "", f"Regenerate with `workbench figures --all`. Index written {now_iso()} by workbench "
              f"{v['workbench_version']} (torch {v['torch_version']}, timm {v['timm_version']}).", ""]
-    papers = list(dict.fromkeys([p for p in PAPERS if any(e["paper"] == p for e in entries)]
+    from workbench.figures import paper_titles
+
+    titles = paper_titles()
+    papers = list(dict.fromkeys([p for p in titles if any(e["paper"] == p for e in entries)]
                                 + [e["paper"] for e in entries]))
     lines += ["## Contents", ""]
     for paper in papers:
         items = " · ".join(f"[{e['id'].partition('.')[2] or e['id']}](#{_anchor(e['id'])})"
                            for e in entries if e["paper"] == paper)
-        lines.append(f"- [{PAPERS.get(paper, paper)}](#{_anchor(paper)}): {items}")
+        lines.append(f"- [{titles.get(paper, paper)}](#{_anchor(paper)}): {items}")
     lines.append("")
     for paper in papers:
-        lines += [f'<a id="{_anchor(paper)}"></a>', "", f"## {PAPERS.get(paper, paper)}", ""]
+        lines += [f'<a id="{_anchor(paper)}"></a>', "", f"## {titles.get(paper, paper)}", ""]
         for e in (e for e in entries if e["paper"] == paper):
             lines += [f'<a id="{_anchor(e["id"])}"></a>', "", f"### `{e['id']}` ({e['kind']}, profile {e['profile']})", ""]
             png = next((f for f in e["files"] if f.endswith(".png")), None)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from workbench.figures import dataset, figure
+from workbench.figures import dataset, figure, group
 from workbench.figures.context import Context
+
+group("workbench", "Teachers (the workbench's own)", place=-1)
 
 ARCH_LABEL = {"vit": "ViT (DeiT-style)", "swin": "Swin", "cnn": "ResNet-style CNN"}
 TARGET = {"vit": 0.90, "swin": 0.90, "cnn": 0.97}
