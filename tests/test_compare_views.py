@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from workbench.analysis.comparison import compare_models
+from workbench.analysis.teacher_vs_students import compare_models
 from workbench.compare import parse_students
 from workbench.models import create_model
 

@@ -32,6 +32,7 @@ import torch
 from torch.utils.data import Dataset
 
 from methods.io import atomic_path
+from workbench.profiles import Profile, get_profile
 from workbench.provenance import DataSource
 
 DEMO_SEED = 0  # seed of the fixed train/val split
@@ -432,12 +433,12 @@ def _fit(img: np.ndarray, c: int, h: int, w: int) -> np.ndarray:
     return np.clip(img, 0.0, 1.0).astype(np.float32)
 
 
-def datasets(profile: str, data: str | None = None, input_size=(1, 28, 28), mean=None, std=None, *,
+def datasets(profile: "str | Profile", data: str | None = None, input_size=(1, 28, 28), mean=None, std=None, *,
              augment: Any | None = None, eval_transform: dict | None = None) -> tuple[Dataset, Dataset]:
     """Training and held-out sets of a profile: the demo split, or ``DATA/train`` and ``DATA/val``.
 
     Args:
-        profile: ``demo``, ``smoke`` or ``paper`` (the demo split's size; ``paper`` needs ``data``).
+        profile: a :class:`~workbench.profiles.Profile` or its name (the demo split's size; ``paper`` needs ``data``).
         data: ImageFolder root with ``train/`` and ``val/``, or None for the demo set (digits padded to
             ``input_size``).
         input_size, mean, std: the model's input.
@@ -446,12 +447,9 @@ def datasets(profile: str, data: str | None = None, input_size=(1, 28, 28), mean
             default training transform).
         eval_transform: more ``create_transform`` options of the held-out set (``crop_pct``, ``interpolation``).
     """
-    from workbench.profiles import get_profile
-
-    prof = get_profile(profile)
+    prof = get_profile(profile)  # a Profile passes through
     if data is None:
-        if prof.name == "paper":
-            raise ValueError("the paper profile trains on your data: pass --data PATH (an ImageFolder with train/ and val/)")
+        prof.require_data(data)
         size = tuple(input_size)  # digits padded to the model's input size (DemoDataset)
         return (DemoDataset("train", train_transform=True, limit=prof.train_limit, input_size=size),
                 DemoDataset("val", limit=prof.val_limit, input_size=size))

@@ -13,7 +13,7 @@ in eval mode, so one backward serves the whole batch. Output: per-head outputs b
 projection — for a teacher ``Attention`` the per-head ``softmax(qkᵀ)·v`` (times the gate if the
 model has one), for FAR the per-head BiLSTM outputs H_n (:meth:`methods.far.MultiHeadBiLSTM.forward_heads`),
 so a teacher's saliency and FAR's line up, and a teacher's attention probabilities too (same dims;
-see :mod:`workbench.analysis.compare`).
+see :mod:`workbench.analysis.token_maps`).
 
 Which input (``wrt``; hook names of :mod:`methods.hooks`):
 

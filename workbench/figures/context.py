@@ -29,8 +29,10 @@ class Context:
         from workbench.profiles import get_profile
         from workbench.runs import home
 
+        from workbench.runtime import resolve_device
+
         self.profile = get_profile(profile)
-        self.device = device
+        self.device = resolve_device(device)  # once, here: runs, analyses and data functions get the torch.device
         self.force = force
         self.log = log
         self.store_dir = home() / "stores" / self.profile.name
@@ -47,7 +49,7 @@ class Context:
         """A method's run through the registry (:func:`workbench.pipelines.run_method`), trained or reused."""
         from workbench.pipelines import run_method
 
-        return self.use_run(run_method(method, teacher, self.profile.name, device=self.device, log=self.log, **options))
+        return self.use_run(run_method(method, teacher, self.profile, device=self.device, log=self.log, **options))
 
     def use_run(self, run):
         """Record that the data being computed uses ``run``; returns it."""
@@ -181,12 +183,10 @@ class Context:
 
 
 def _weights_sha(model: str, checkpoint: str | None) -> str | None:
-    from workbench.runs import runs_root
+    from workbench.runs import find_run
 
-    manifest = runs_root() / model / "manifest.json"
-    if manifest.exists():
-        return json.loads(manifest.read_text()).get("checkpoint_sha256")
-    return checkpoint
+    run = find_run(model)
+    return run.manifest.get("checkpoint_sha256") if run is not None else checkpoint
 
 
 def _unique(used: list[dict]) -> list[dict]:

@@ -9,7 +9,7 @@ probabilities (what the paper shows for DeiT), the teacher's gradient saliency a
 saliency (what the paper shows for FAR), with respect to each block's token-mixer input
 (``wrt="mixer_input"``, :mod:`workbench.analysis.dependency`), drawn as extracted — probabilities
 and gradient norms, each unit on its own stated colour scale — as the paper draws them; the
-agreement scores use row-normalised maps (:mod:`workbench.analysis.compare` says why).
+agreement scores use row-normalised maps (:mod:`workbench.analysis.token_maps` says why).
 
 Layers of App. C (Fig. 9–14): the paper shows DeiT-Tiny's layers 0, 5 and 7 of 12 as shallow,
 intermediate and deep. We take the block at the same relative depth, round(p / 11 · (L − 1)) for
@@ -86,7 +86,7 @@ def runs_data(ctx: Context) -> xr.Dataset:
 @dataset("far.maps", after=("far.runs",))
 def maps_data(ctx: Context) -> xr.Dataset:
     """Token maps (as extracted) of teacher attention, teacher saliency and FAR saliency, with the images."""
-    from workbench.analysis.compare import stack_maps
+    from workbench.analysis.token_maps import stack_maps
 
     teacher, far, _ = far_runs(ctx)
     images = ctx.profile.analysis_images
@@ -104,7 +104,7 @@ def retention_data(ctx: Context) -> xr.Dataset:
 @dataset("far.agreement", after=("far.maps",))
 def agreement_data(ctx: Context) -> xr.Dataset:
     """Per-layer agreement of the token maps, three views along ``view`` (see the figure's caption)."""
-    from workbench.analysis.compare import agreement
+    from workbench.analysis.token_maps import agreement
 
     maps = ctx.data("far.maps").drop_vars("image")
     saliencies = maps.sel(model=["teacher saliency", "FAR saliency"]).assign_attrs(maps.attrs)

@@ -129,11 +129,10 @@ def table1(ds: xr.Dataset) -> Table:
 def memory_data(ctx: Context) -> xr.Dataset:
     """Peak memory of one training step (branched forms, DeiT-Tiny) and one inference forward (collapsed forms)."""
     from workbench.pipelines.nondeep_measures import memory_rows
-    from workbench.runtime import resolve_device
     from workbench.xrutils import rows_to_dataset
 
     b = nondeep_budget(ctx)
-    dev = resolve_device(ctx.device)
+    dev = ctx.device
     rows = memory_rows(b, dev, ctx.log)
     return rows_to_dataset(rows).assign_attrs(batch=b.memory_batch, device=str(dev), img_size=b.real_img_size,
                                               measure="torch.cuda.max_memory_allocated" if dev.type == "cuda" else

@@ -164,41 +164,45 @@ class BackgroundDraw:
 
     ``workbench figures`` starts one (one process) when only the timing steps are left: they run in the main process
     with no training beside them, and drawing, single-threaded, takes the otherwise idle core. :meth:`result` waits
-    for the figures; the caller's last :func:`draw_all` writes ``index.md``.
+    for the figures; the caller's last :func:`draw_all` writes ``index.md``. The pool is the preparation's kind
+    (:func:`workbench.figures.schedule.spawn_pool`).
     """
 
     def __init__(self, specs: list[FigureSpec], profile: str, out_dir: str | Path, *, jobs: int = 1,
                  device: str = "auto", reuse: bool = True, formats: tuple[str, ...] = FORMATS,
                  on_done: Callable[[str], None] | None = None):
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
+        from workbench.figures.schedule import spawn_pool
 
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         todo = _todo(specs, Context(profile, device, False, log=lambda _: None), self.out_dir, reuse, formats, on_done)
         self.reused, self.on_done = len(specs) - len(todo), on_done
-        self.pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) if todo else None
-        self.futures = {self.pool.submit(_draw_in_worker, s.id, profile, device, str(self.out_dir), formats): s.id
+        self.pool = spawn_pool(jobs) if todo else None
+        self.pending = {s.id: self.pool.apply_async(_draw_in_worker, (s.id, profile, device, str(self.out_dir), formats))
                         for s in todo}
+        if self.pool is not None:
+            self.pool.close()  # no more work: the workers exit once the figures are drawn
 
     def cancel(self) -> None:
-        """Drop the figures not yet started (the preparation failed); the one being drawn finishes on its own."""
+        """Stop drawing (the preparation failed): the workers are terminated (figure files are written atomically, so
+        a figure being drawn leaves nothing half-written)."""
         if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool.terminate()
+            self.pool.join()
 
     def result(self) -> tuple[list[Path], int]:
         """(files written, number of figures reused as they were), once every figure is drawn; re-raises a failure."""
-        from concurrent.futures import as_completed
-
         written: list[Path] = []
         try:
-            for fut in as_completed(self.futures):
-                written += [Path(f) for f in fut.result()]
+            for spec_id, res in self.pending.items():
+                written += [Path(f) for f in res.get()]
                 if self.on_done:
-                    self.on_done(self.futures[fut])
-        finally:
-            if self.pool is not None:
-                self.pool.shutdown(cancel_futures=True)
+                    self.on_done(spec_id)
+        except BaseException:
+            self.cancel()
+            raise
+        if self.pool is not None:
+            self.pool.join()
         return written, self.reused
 
 

@@ -63,7 +63,7 @@ class RunRequest:
     profile: "Profile"  # budgets and data limits of the profile
     budget: Any  # ``budget(method, profile)``
     teacher: "TeacherRef | None" = None  # resolved teacher (None for methods without one, i.e. the teachers)
-    device: str = "auto"  # "auto", "cpu" or "cuda"
+    device: Any = "cpu"  # the torch.device to train on, resolved once by run_method (from "auto", "cpu" or "cuda")
     data: str | None = None  # ImageFolder root with train/ and val/ (None: the demo set)
     force: bool = False  # redo the method's runs even if complete (the teacher is reused)
     log: Callable[[str], None] = print  # one-line status messages
@@ -136,7 +136,7 @@ def budget(method: str, profile: str | "Profile") -> Any:
 def run_method(
     name: str,
     teacher: "str | Run | None" = None,
-    profile: str = "demo",
+    profile: "str | Profile" = "demo",
     *,
     teacher_checkpoint: str | None = None,
     device: str = "auto",
@@ -150,9 +150,10 @@ def run_method(
     Args:
         teacher: a teacher run (id, directory or Run), a demo arch (``vit``, ``swin``, ``cnn``), a timm name with
             ``checkpoint``, or None for the method's default demo teacher (trained if missing).
-        profile: ``demo``, ``smoke`` or ``paper``.
+        profile: a :class:`~workbench.profiles.Profile` or its name (``demo``, ``smoke`` or ``paper``).
         teacher_checkpoint: weights of a timm-name teacher.
-        device, data, force, log: see :class:`RunRequest`.
+        device: ``auto``, ``cpu``, ``cuda`` (or a torch.device): resolved here, once.
+        data, force, log: see :class:`RunRequest`.
         **options: the method's own options (:attr:`Method.options`); missing ones take their defaults.
 
     Raises:
@@ -178,13 +179,16 @@ def run_method(
         elif opt.check is not None:
             opt.check(options[opt.name])
     spent = budget(name, prof)  # an unknown profile fails before any teacher is trained
+    from workbench.runtime import resolve_device
+
+    dev = resolve_device(device)  # once, here: everything below gets the torch.device
     ref = None
     if entry.teacher is not None:
         from workbench.pipelines.teacher import resolve_teacher
 
-        ref = resolve_teacher(teacher, prof.name, default_arch=entry.teacher, family=entry.family,
-                              checkpoint=teacher_checkpoint, device=device, data=data, log=log)
+        ref = resolve_teacher(teacher, prof, default_arch=entry.teacher, family=entry.family,
+                              checkpoint=teacher_checkpoint, device=dev, data=data, log=log)
     elif teacher is not None or teacher_checkpoint is not None:
         raise ValueError(f"method {name!r} takes no teacher")
-    request = RunRequest(name, prof, spent, ref, device, data, force, log)
+    request = RunRequest(name, prof, spent, ref, dev, data, force, log)
     return entry.run(request, **options)

@@ -82,7 +82,7 @@ def method_data(req: "RunRequest", model: nn.Module) -> tuple[Dataset, Dataset]:
     from workbench.data import datasets
 
     pc = getattr(model, "pretrained_cfg", {}) or {}
-    return datasets(req.profile.name, req.data, tuple(pc.get("input_size", (1, 28, 28))), pc.get("mean"), pc.get("std"))
+    return datasets(req.profile, req.data, tuple(pc.get("input_size", (1, 28, 28))), pc.get("mean"), pc.get("std"))
 
 
 def phase_logger(run: Run, phase: str, offset: int) -> Callable[[int, dict], None]:

@@ -49,7 +49,7 @@ from methods.far import (
     shrink,
     unfreeze_all,
 )
-from methods.train import TrainConfig, atomic_save_safetensors, cpu_threads, evaluate, fit, is_main, resolve_device
+from methods.train import TrainConfig, atomic_save_safetensors, cpu_threads, evaluate, fit, is_main
 from workbench.models import create_model, load_model, read_state_dict
 from workbench.pipelines import Method, Option, RunRequest, register_method
 from workbench.pipelines.common import (
@@ -137,7 +137,7 @@ def _far_body(req: RunRequest, schedule: str, phases: tuple[TrainConfig, TrainCo
             return _far_phases(run)
 
     def _far_phases(run: Run) -> dict:
-        dev = resolve_device(req.device)
+        dev = req.device
         teacher = load_teacher(req.teacher, dev, frozen=False)
         train_set, val_set = method_data(req, teacher)
         if table3:  # the Table 3 runs' own (smaller) share of the training set
@@ -177,7 +177,7 @@ def _pruned_body(req: RunRequest, far_run: Run, budget: FARBudget) -> Callable[[
             return _prune_phases(run)
 
     def _prune_phases(run: Run) -> dict:
-        dev = resolve_device(req.device)
+        dev = req.device
         student = load_model(far_run.id, device=dev).model
         unfreeze_all(student)
         if budget.drop_path:

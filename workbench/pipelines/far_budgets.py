@@ -89,7 +89,7 @@ BUDGETS: dict[str, FARBudget] = {
 def for_teacher(budget: FARBudget, profile: "Profile", teacher_name: Optional[str]) -> FARBudget:
     """``budget`` with, under ``paper``, the learning rates of the teacher's size (App. A.1/A.2: finetuning
     5e-5 / 2e-5 / 2e-5, pruning and its finetuning 5e-5 / 5e-6 / 5e-6 for Tiny / Small / Base)."""
-    if profile.name != "paper" or not teacher_name:
+    if not profile.is_paper or not teacher_name:
         return budget
     size = next((v for v in ("tiny", "small", "base") if v in teacher_name), None)
     if size is None:

@@ -40,7 +40,6 @@ import torch
 import torch.nn as nn
 
 from methods.slimswin import SlimSwinConfig, check_swin, pairs_to_prune, prunable_layers, swin_layers
-from methods.train import resolve_device
 from workbench.models import create_model, load_model, read_state_dict
 from workbench.pipelines import Method, Option, RunRequest, budget, register_method, run_method
 from workbench.pipelines.common import run_config, run_tag, student_run
@@ -190,9 +189,7 @@ def _run(req: RunRequest, ratio: float, step_pairs: int | None = None, reduce: s
         raise ValueError(f"--reduce must be abs_of_mean, abs or signed, got {cfg.reduce!r}")
     if cfg.gate_mode not in ("qkv", "output"):
         raise ValueError(f"gate mode must be qkv or output, got {cfg.gate_mode!r}")
-    if req.profile.name == "paper" and req.data is None:
-        raise ValueError("the paper profile prunes on your data: pass --data PATH (an ImageFolder with train/ and val/)")
-    resolve_device(req.device)
+    req.profile.require_data(req.data, "prunes")
     t = req.teacher
     arch = check_swin(create_model(t.model_name, **t.model_kwargs))  # a clear error for ViTs, CNNs, ...
     if not prunable_layers(arch, cfg.exclude):

@@ -40,7 +40,6 @@ from methods.train import (
     fit,
     init_distributed,
     is_main,
-    resolve_device,
 )
 from workbench.models import create_model, load_model, read_state_dict
 from workbench.pipelines.common import IndexedSubset, limited, method_data
@@ -114,13 +113,13 @@ def prune_and_finetune(run: Run, req: "RunRequest", cfg: SlimSwinConfig, start_f
         cfg: SlimSwin hyper-parameters, with the run's ratio.
         start_from: a compatible complete run whose iterations this run continues, or None.
     """
-    with cpu_threads(req.budget.cpu_threads, resolve_device(req.device)):
+    with cpu_threads(req.budget.cpu_threads, req.device):
         return _prune_and_finetune(run, req, cfg, start_from)
 
 
 def _prune_and_finetune(run: Run, req: "RunRequest", cfg: SlimSwinConfig, start_from: Run | None) -> dict:
     teacher, recipe, data, log = req.teacher, req.budget, req.data, req.log
-    dev = resolve_device(req.device)
+    dev = req.device
     init_distributed()  # a no-op unless launched by torchrun
     ref_model = load_model(teacher.ref, checkpoint=teacher.checkpoint, device=dev).model  # the unpruned teacher
     check_swin(ref_model)

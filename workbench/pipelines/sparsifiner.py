@@ -315,9 +315,7 @@ def _phase1_run(req: RunRequest) -> Run:
 def _run(req: RunRequest, keep_rate: float, linformer: bool = False, renormalize: bool | None = None) -> Run:
     keep_rate = _check_keep_rate(keep_rate)
     b: SparsifinerBudget = req.budget
-    if req.profile.name == "paper" and req.data is None:
-        raise ValueError("the paper profile trains on your data: pass --data PATH (an ImageFolder with train/ and "
-                         "val/)")
+    req.profile.require_data(req.data)
     resolve_device(req.device)
     arch = create_model(req.teacher.model_name, **req.teacher.model_kwargs)
     check_vit(arch)  # a clear error for a Swin, a CNN, ... before any run directory exists

@@ -31,7 +31,8 @@ from methods.train import TrainConfig, fit, mixup_cutmix, repeated_augmentation,
 from workbench.data import datasets, scan_image_folder
 from workbench.models import create_model, load_weights, read_state_dict
 from workbench.pipelines import Method, Option, RunRequest, budget, register_method
-from workbench.runs import Run, RunError, ensure_run, open_run, runs_root, sha256_file
+from workbench.profiles import Profile, get_profile
+from workbench.runs import Run, RunError, ensure_run, find_run, sha256_file
 
 
 @dataclass(frozen=True)
@@ -274,7 +275,7 @@ class TeacherRef:
     run: str | None = None  # teacher run id, if any
 
 
-def resolve_teacher(teacher: str | Run | None, profile: str, *, default_arch: str, family: str,
+def resolve_teacher(teacher: str | Run | None, profile: "str | Profile", *, default_arch: str, family: str,
                     checkpoint: str | None = None, device: str = "auto", data: str | None = None,
                     log: Callable[[str], None] = print) -> TeacherRef:
     """Identify a method's teacher; a demo arch is trained (or reused) first.
@@ -291,12 +292,13 @@ def resolve_teacher(teacher: str | Run | None, profile: str, *, default_arch: st
             name without weights, a missing weights file.
         RunError: an incomplete teacher run.
     """
+    prof = get_profile(profile)  # a Profile passes through
     teacher = default_arch if teacher is None else str(teacher.dir) if isinstance(teacher, Run) else teacher
     if teacher in DEMO_TEACHERS:
-        if profile == "paper":  # the paper's backbone trained (or recorded) on the user's data; never trained here
-            rid = teacher_run_id(teacher, "paper")
-            if not (runs_root() / rid / "manifest.json").exists() or open_run(rid).status != "complete":
-                name = budget("teacher", "paper").model(teacher)
+        if prof.is_paper:  # the paper's backbone trained (or recorded) on the user's data; never trained here
+            rid = teacher_run_id(teacher, prof.name)
+            if (found := find_run(rid)) is None or found.status != "complete":
+                name = budget("teacher", prof).model(teacher)
                 raise ValueError(
                     f"the paper profile needs a real {family} teacher and run {rid!r} does not exist (or is unfinished): "
                     f"train {name} with `workbench train teacher --arch {teacher} --profile paper --data ROOT`, or record "
@@ -304,11 +306,11 @@ def resolve_teacher(teacher: str | Run | None, profile: str, *, default_arch: st
                     f"{family} name with --checkpoint WEIGHTS")
             teacher = rid
         else:
-            teacher = train_teacher(teacher, profile, device=device, data=data, log=log).id
-    if (runs_root() / teacher / "manifest.json").exists() or (Path(teacher).expanduser() / "manifest.json").exists():
+            teacher = train_teacher(teacher, prof.name, device=device, data=data, log=log).id
+    run = find_run(teacher)
+    if run is not None:
         if checkpoint is not None:
             raise ValueError(f"teacher {teacher!r} is a run with its own checkpoint; drop --checkpoint")
-        run = open_run(teacher)
         if run.status != "complete":
             raise RunError(f"teacher run {run.id!r} is not complete (status {run.status!r}); finish it first")
         return TeacherRef(run.id, run.id.removeprefix("teacher-"), run.config["model_name"],
