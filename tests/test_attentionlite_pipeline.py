@@ -41,7 +41,7 @@ def column(teacher):
 
 
 def _val_images(n: int = 32) -> torch.Tensor:
-    from workbench.pipelines.teacher import datasets
+    from workbench.data import datasets
 
     return next(iter(DataLoader(datasets("smoke")[1], batch_size=n)))[0]
 
@@ -51,8 +51,8 @@ def _val_images(n: int = 32) -> torch.Tensor:
 
 def test_irregular_run_holds_its_density_and_rebuilds(irregular):
     from methods.train import evaluate
+    from workbench.data import datasets
     from workbench.pipelines.attentionlite import load_masks, training_history
-    from workbench.pipelines.teacher import datasets
 
     res = irregular.manifest["results"]
     assert irregular.id == "attentionlite-irregular-d0.25-kdat-cnn-smoke" and irregular.status == "complete"

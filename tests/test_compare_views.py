@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from workbench.analysis.comparison import compare_models
+from workbench.analysis.teacher_vs_students import compare_models
 from workbench.compare import parse_students
 from workbench.models import create_model
 
@@ -103,9 +103,9 @@ def test_plots_draw_every_group(comparison):
 def test_gallery_shows_each_figure_as_a_thumbnail_with_its_caption_under_its_paper(tmp_path, monkeypatch):
     import pandas as pd
 
-    from workbench.figures import DATA, FigureSpec, dataset
+    from workbench.figures import DATA, FigureSpec, dataset, paper_titles
     from workbench.figures.context import Context
-    from workbench.figures.render import PAPERS, render
+    from workbench.figures.render import render
     from workbench.plots.table import Table
 
     monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
@@ -128,7 +128,8 @@ def test_gallery_shows_each_figure_as_a_thumbnail_with_its_caption_under_its_pap
     out = tmp_path / "figs"
     render(specs, Context("smoke", "cpu", log=lambda s: None), out)
     index = (out / "index.md").read_text()
-    sections = {p: index.index(f"\n## {PAPERS[p]}\n") for p in ("far", "compare")}
+    titles = paper_titles()
+    sections = {p: index.index(f"\n## {titles[p]}\n") for p in ("far", "compare")}
     assert sections["far"] < sections["compare"]  # papers in their fixed order
     for spec in specs:
         head = index.index(f"### `{spec.id}`")
@@ -148,5 +149,5 @@ def test_gallery_shows_each_figure_as_a_thumbnail_with_its_caption_under_its_pap
     assert index.index("### `far.fig4`") < index.index("### `far.fig10`") < index.index("### `far.table1`")
     contents = index[index.index("## Contents"):sections["far"]]
     assert "[fig4](#far-fig4) · [fig10](#far-fig10) · [table1](#far-table1)" in contents
-    assert f"[{PAPERS['compare']}](#compare): [fig2](#compare-fig2)" in contents
+    assert f"[{titles['compare']}](#compare): [fig2](#compare-fig2)" in contents
     assert json.loads((out / ".far.fig4.json").read_text())["caption"] == "Caption of far.fig4."

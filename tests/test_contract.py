@@ -1,5 +1,6 @@
 """The method contract end to end: a toy method defined in one file (tests/toy_method.py) gets a run, a
-`workbench run` command, an extractor reading its hook points and a figure, with no edit anywhere else."""
+`workbench run` command, an extractor reading its hook points with a `workbench analyze` flag of its own, a figure
+under its paper's heading, and a student of the teacher-vs-compressed comparison, with no edit anywhere else."""
 
 from __future__ import annotations
 
@@ -17,6 +18,26 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
 def test_toy_method_is_small():
     lines = [ln for ln in Path(toy_method.__file__).read_text().splitlines() if ln.strip()]
     assert len(lines) < 100, len(lines)
+
+
+def test_every_toy_registration_comes_from_its_own_file():
+    """What the toy adds to every registry is defined in tests/toy_method.py, and nothing else had to change: the
+    CLI's flags, the figure index's headings, the comparison's students and caption are built from the registries."""
+    import inspect
+
+    from workbench.analysis import EXTRACTORS, OPTIONS
+    from workbench.figures import DATA, FIGURES, STUDENTS, closure, get, paper_titles
+    from workbench.figures.compare import students_of
+    from workbench.pipelines import METHODS
+
+    defined_in = {inspect.getsourcefile(obj) for obj in (
+        METHODS["toy"].run, EXTRACTORS["toy_logits"], DATA["toy.logits"].make, FIGURES["toy.fig1"].plot,
+        STUDENTS["toy g2"].run)}
+    assert defined_in == {toy_method.__file__}  # the files the toy touched: its own
+    assert [o.flag for o in OPTIONS["toy_logits"]] == ["--offset"]
+    assert paper_titles()["toy"] == "Toy — identity compression"
+    assert "toy g2" in [s.label for s in students_of("vit")] and "toy.logits" in closure(["compare.vit"])
+    assert "toy g2" in get(["compare.fig1"])[0].caption
 
 
 def test_toy_method_run_extract_and_figure(tmp_path, smoke_teacher, capsys):
@@ -38,9 +59,27 @@ def test_toy_method_run_extract_and_figure(tmp_path, smoke_teacher, capsys):
     ds = get_extractor("toy_logits")(student, batch.tensor)
     torch.testing.assert_close(torch.from_numpy(ds["logits"].values), 2 * base(batch.tensor).detach())
 
+    # the extractor's own option is a flag of `workbench analyze` (built from its registration)
+    path = tmp_path / "logits.nc"
+    assert main(["analyze", "toy_logits", "--model", run.id, "--images", "demo:val[:3]", "--offset", "1.5",
+                 "--out", str(path)]) == 0
+    from workbench.store import open_store
+
+    stored = open_store(path, load=True)
+    torch.testing.assert_close(torch.from_numpy(stored["logits"].values), torch.from_numpy(ds["logits"].values) + 1.5)
+    assert main(["analyze", "attention", "--model", run.id, "--offset", "1", "--out", str(tmp_path / "x.nc")]) == 2
+    assert "--offset applies to the toy_logits analysis only" in capsys.readouterr().err
+
+    # `workbench compare` accepts the toy student (the comparison figures include it: it is a registered student)
+    assert main(["compare", "--teacher", teacher.id, "--student", f"toy={run.id}", "--images", "demo:val[:2]",
+                 "--parts", "predictions", "--out", str(tmp_path / "cmp.nc"), "--device", "cpu"]) == 0
+    cmp = open_store(tmp_path / "cmp.nc", load=True)
+    assert "toy" in [str(m) for m in cmp["model"].values]
+
     out = tmp_path / "figs"
     assert main(["figures", "toy.fig1", "--profile", "smoke", "--device", "cpu", "--jobs", "1", "--out", str(out)]) == 0
-    assert (out / "toy.fig1.png").exists() and "toy-g2-vit-smoke" in (out / "index.md").read_text()
+    index = (out / "index.md").read_text()
+    assert (out / "toy.fig1.png").exists() and "toy-g2-vit-smoke" in index and "## Toy — identity compression" in index
 
 
 def test_unknown_option_missing_option_and_unknown_method_are_clear_errors(capsys):

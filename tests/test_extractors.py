@@ -1,6 +1,7 @@
 """The guarantees every registered extractor shares, checked over one parametrised table.
 
-Each extractor adds a row to ``CASES``: its name, a tiny model factory, an input shape and a layer subset.
+``CASES`` comes from the registrations: each extractor's ``example`` (a tiny model factory, an input shape and a
+layer subset, ``workbench.analysis.Example``).
 Every extractor must: return a Dataset whose dims are DESIGN.md dims, carry ``analysis`` and a JSON
 ``config``, keep one ``sample`` per image, honour ``layers=`` as a selection of the full result,
 be deterministic, leave the model's parameters, mode and fused-attention flags unchanged, and
@@ -14,12 +15,11 @@ from typing import Callable
 
 import numpy as np
 import pytest
-import timm
 import torch
 import xarray as xr
 
 import methods.teachers  # noqa: F401
-from workbench.analysis import get_extractor, load_all
+from workbench.analysis import EXAMPLES, get_extractor, load_all
 from workbench.provenance import DataSource, ModelSource, stamp
 from workbench.store import open_store, save
 
@@ -28,71 +28,20 @@ DESIGN_DIMS = {"model", "sample", "layer", "head", "query", "key", "y", "x", "di
                "branch_i", "branch_j", "module", "stage", "window", "pair", "basis", "epoch", "step", "run"}
 
 
-def _vit():
-    return timm.create_model("vit_demo", depth=3).eval()
+def _cases() -> dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...], list[int]]]:
+    """name -> (model factory, input shape (B, C, H, W), layers subset): every registration's ``example``."""
+    load_all()
+    return {k: (e.model, tuple(e.images), list(e.layers)) for k, e in EXAMPLES.items()}
 
 
-def _swin():
-    return timm.create_model("swin_demo").eval()
-
-
-def _far():
-    """A FAR model of the 3-block demo ViT with some hidden units physically pruned."""
-    from methods.far import replace_attention, shrink
-
-    far = replace_attention(timm.create_model("vit_demo", depth=3))
-    keep = torch.rand(3, 4, 2, 16, generator=torch.Generator().manual_seed(0)) > 0.3
-    return shrink(far, keep).eval()
-
-
-def _sparsifiner():
-    """A Sparsifiner student of the 3-block demo ViT (keep rate 0.25, n_down 8)."""
-    from methods.sparsifiner import SparsifinerConfig, replace_attention
-
-    return replace_attention(timm.create_model("vit_demo", depth=3), SparsifinerConfig(keep_rate=0.25, n_down=8)).eval()
-
-
-def _branched():
-    """A joined (λ = 1) Non-deep model: the 6-block demo ViT as 3 parallel blocks of 2 branches."""
-    import methods.nondeep as nd
-
-    model = nd.branch(timm.create_model("vit_demo"), 2)
-    nd.set_lambda(model, 1.0)
-    return model.eval()
-
-
-def _sa_resnet():
-    """The tiny SA-ResNet of methods.attentionlite's tests (stage maps 12/6/3/2, attention grids 12/12/6/3)."""
-    from methods.attentionlite import SA_VARIANTS
-
-    return SA_VARIANTS["test"].build().eval()
-
-
-# name -> (model factory, input shape (B, C, H, W), layers subset to test)
-CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...], list[int]]] = {
-    "attention": (_vit, (2, 1, 28, 28), [0, 2]),
-    "window_attention": (_swin, (2, 1, 32, 32), [0, 1]),
-    "retention": (_far, (2, 1, 28, 28), [0, 2]),
-    "dependency": (_far, (2, 1, 28, 28), [0, 2]),
-    "window_saliency": (_swin, (2, 1, 32, 32), [0, 1]),
-    "sparse_attention": (_sparsifiner, (2, 1, 28, 28), [0, 2]),
-    "sparse_basis": (_sparsifiner, (2, 1, 28, 28), [0, 2]),
-    "branch_weight_similarity": (_branched, (2, 1, 28, 28), [0, 2]),
-    "branch_feature_similarity": (_branched, (2, 1, 28, 28), [0, 2]),
-    "join_lambda": (_branched, (2, 1, 28, 28), [0, 2]),
-    "collapse_error": (_branched, (2, 1, 28, 28), [0, 2]),
-    "at_maps": (_sa_resnet, (2, 1, 12, 12), [0, 1]),  # stages (a `layer` coord on `stage`)
-    "local_attention": (_sa_resnet, (2, 1, 12, 12), [0, 2]),
-}
-
-
+CASES = _cases()
 
 
 def test_every_registered_extractor_has_a_case_and_the_shared_signature():
     import inspect
 
     ours = {k: fn for k, fn in load_all().items() if fn.__module__.startswith("workbench.")}  # not the tests' toys
-    assert set(ours) <= set(CASES), f"add rows to CASES for {set(ours) - set(CASES)}"
+    assert set(ours) <= set(CASES), f"register an example for {set(ours) - set(CASES)}"
     for name, fn in ours.items():
         params = inspect.signature(fn).parameters
         assert list(params)[:2] == ["model", "images"], name

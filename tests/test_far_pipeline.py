@@ -23,16 +23,16 @@ QUIET = dict(device="cpu", log=lambda *_: None)
 
 @pytest.fixture(scope="module")
 def far_runs(smoke_teacher):
-    from workbench.pipelines.far import run_far
+    from workbench.pipelines import run_method
 
     teacher = smoke_teacher("vit")
-    pruned = run_far(teacher.id, "smoke", **QUIET)
+    pruned = run_method("far", teacher.id, "smoke", **QUIET)
     return teacher, open_run(pruned.config["source_run"]), pruned
 
 
 def test_runs_end_to_end(far_runs):
+    from workbench.data import datasets
     from workbench.pipelines.far import load_masks
-    from workbench.pipelines.teacher import datasets
 
     teacher, far, pruned = far_runs
     assert (far.id, pruned.id) == ("far-vit-smoke", "far_pruned-vit-smoke")
@@ -89,6 +89,7 @@ def test_wrong_teacher_refused(far_runs, tmp_path, monkeypatch):
 def test_resume_after_interruption(far_runs, tmp_path, monkeypatch):
     """Interrupted in the finetuning phase and after pruning, both runs resume to the same weights."""
     import workbench.pipelines.far as pipeline
+    from workbench.pipelines import run_method
 
     teacher, far, pruned = far_runs
     home = tmp_path / "home"
@@ -105,12 +106,12 @@ def test_resume_after_interruption(far_runs, tmp_path, monkeypatch):
 
     monkeypatch.setattr(pipeline, "fit", interrupting_fit)
     with pytest.raises(KeyboardInterrupt):
-        pipeline.run_far(teacher.id, "smoke", **QUIET)
+        run_method("far", teacher.id, "smoke", **QUIET)
     assert open_run(far.id).status == "running"
     with pytest.raises(KeyboardInterrupt):
-        pipeline.run_far(teacher.id, "smoke", **QUIET)  # FAR resumes and completes; pruning stops after the masks
+        run_method("far", teacher.id, "smoke", **QUIET)  # FAR resumes and completes; pruning stops after the masks
     assert open_run(far.id).status == "complete" and (runs_root() / pruned.id / "masks.safetensors").exists()
-    again = pipeline.run_far(teacher.id, "smoke", **QUIET)
+    again = run_method("far", teacher.id, "smoke", **QUIET)
     assert again.status == "complete"
     assert calls == ["distill", "finetune", "distill", "finetune", "regularise", "masked_finetune", "regularise",
                      "masked_finetune"]
@@ -179,11 +180,11 @@ def test_far_figures_smoke(far_runs, tmp_path):
     assert "far.fig4" in index and "far_pruned-vit-smoke" in index
     import pandas as pd
 
-    from workbench.pipelines.far import run_far_ablation
+    from workbench.pipelines import run_method
 
     table3 = pd.read_csv(out / "far.table3.csv").set_index("model")
     demo = table3.loc[[i for i in table3.index if i.startswith("demo FAR, after distillation")][0]]
     cols = {"scratch": "TFS", "cls": "Distill (cls)", "sim": "Distill (sim)", "combined": "Distill (combine)"}
     for schedule, col in cols.items():  # the table shows our runs' accuracies, schedule by schedule
-        run = run_far_ablation(far_runs[0].id, "smoke", schedule, **QUIET)  # reused, not retrained
+        run = run_method("far", far_runs[0].id, "smoke", schedule=schedule, table3=True, **QUIET)  # reused, not retrained
         assert float(demo[col]) == round(100 * run.manifest["results"]["distill_val_acc"], 1)

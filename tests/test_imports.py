@@ -4,6 +4,8 @@
 - imports run down the layers: cli -> figures -> analyze, compare -> analysis, plots, pipelines -> models -> base
   (provenance, runs, store, data, profiles, xrutils) -> methods;
 - ``workbench.plots`` imports neither torch nor ``methods`` nor any workbench module but itself and ``xrutils``;
+- ``workbench.figures`` never imports ``methods``: figures read runs, analyses and the methods' registry entries
+  (paper numbers) through the figure context and the pipelines;
 - ``workbench`` reaches a method only through its public API (``methods.far``, never ``methods.far.hoyer``);
 - no module imports a private name (``_x``) from another module.
 """
@@ -20,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: workbench module prefix -> layer (a module may import its own layer or lower ones)
 LAYERS = {
     "workbench.provenance": 1, "workbench.xrutils": 1, "workbench.runs": 1, "workbench.store": 1, "workbench.data": 1,
-    "workbench.profiles": 1, "workbench.window_views": 1, "workbench.progress": 1, "workbench": 1,  # workbench/__init__ (the version)
+    "workbench.profiles": 1, "workbench.window_views": 1, "workbench.progress": 1, "workbench.runtime": 1,
+    "workbench": 1,  # workbench/__init__ (the version)
     "workbench.models": 2,
     "workbench.analysis": 3, "workbench.plots": 3, "workbench.pipelines": 3,
     "workbench.analyze": 4, "workbench.compare": 4,
@@ -62,6 +65,8 @@ def _violations() -> list[str]:
             if me.startswith("workbench.plots") and (top in ("torch", "methods") or (
                     top == "workbench" and not mod.startswith(("workbench.plots", "workbench.xrutils", "workbench.window_views")))):
                 out.append(f"{where}: plots import {mod}")
+            if me.startswith("workbench.figures") and top == "methods":
+                out.append(f"{where}: figures import {mod} (go through the figure context and the pipelines)")
             if me.startswith("workbench") and top == "methods" and mod.count(".") >= 2:
                 out.append(f"{where}: reaches into {mod} (use the method's public API)")
             if top in ("workbench", "methods") and mod != me and any(n.startswith("_") and not n.startswith("__") for n in names):
@@ -76,13 +81,14 @@ def test_import_rules_hold():
     assert _violations() == []
 
 
-@pytest.mark.parametrize("source,expected", [
-    ("from workbench.figures import figure\n", "imports run down"),
-    ("from methods.far.hoyer import shrink\n", "public API"),
-    ("from workbench.data import _split\n", "private name"),
+@pytest.mark.parametrize("source,expected,where", [
+    ("from workbench.figures import figure\n", "imports run down", "analysis"),
+    ("from methods.far.hoyer import shrink\n", "public API", "analysis"),
+    ("from workbench.data import _split\n", "private name", "analysis"),
+    ("def f():\n    from methods.far import shrink\n", "figures import methods.far", "figures"),
 ])
-def test_the_check_catches_violations(tmp_path, monkeypatch, source, expected):
-    fake = ROOT / "workbench" / "analysis" / "_import_rule_probe.py"
+def test_the_check_catches_violations(tmp_path, monkeypatch, source, expected, where):
+    fake = ROOT / "workbench" / where / "_import_rule_probe.py"
     fake.write_text(source)
     try:
         assert any(expected in v for v in _violations())

@@ -13,8 +13,8 @@ import methods.teachers  # noqa: F401
 from workbench.analysis.window_saliency import extract_window_saliency
 from workbench.cli import main
 from workbench.models import load_model
-from workbench.pipelines import budget
-from workbench.pipelines.slimswin import load_history, load_masks, pruned_model, run_slimswin
+from workbench.pipelines import budget, run_method
+from workbench.pipelines.slimswin import load_history, load_masks, pruned_model
 from workbench.window_views import accuracy, as_window_grid, layer_ratio
 
 
@@ -32,7 +32,7 @@ def teacher(smoke_teacher):
 
 @pytest.fixture(scope="module")
 def run033(teacher):
-    return run_slimswin(teacher, 0.33, "smoke", device="cpu", log=quiet)
+    return run_method("slimswin", teacher, "smoke", ratio=0.33, device="cpu", log=quiet)
 
 
 def _state(run):
@@ -79,7 +79,7 @@ class Interrupted(Exception):
 
 
 def test_interrupted_run_resumes_to_the_same_result(teacher):
-    full = run_slimswin(teacher, 0.2, "smoke", device="cpu", log=quiet)  # 29 pairs needed: 2 iterations of 16
+    full = run_method("slimswin", teacher, "smoke", ratio=0.2, device="cpu", log=quiet)  # 29 pairs needed: 2 iterations of 16
     reference, ref_history = _state(full), load_history(full)
 
     def crash_after_first_iteration(msg):
@@ -87,10 +87,10 @@ def test_interrupted_run_resumes_to_the_same_result(teacher):
             raise Interrupted
 
     with pytest.raises(Interrupted):
-        run_slimswin(teacher, 0.2, "smoke", device="cpu", force=True, log=crash_after_first_iteration)
+        run_method("slimswin", teacher, "smoke", ratio=0.2, device="cpu", force=True, log=crash_after_first_iteration)
     assert full.status == "running" and not full.checkpoint.exists()
     lines = []
-    resumed = run_slimswin(teacher, 0.2, "smoke", device="cpu", log=lines.append)
+    resumed = run_method("slimswin", teacher, "smoke", ratio=0.2, device="cpu", log=lines.append)
     assert any(line.startswith("resuming after iteration 0") for line in lines)
     assert not any(line.startswith("iteration 0:") for line in lines)  # iteration 0 was not redone
     assert resumed.status == "complete"
@@ -101,12 +101,12 @@ def test_interrupted_run_resumes_to_the_same_result(teacher):
 
 def test_chained_run_equals_a_run_from_the_teacher(run033, teacher):
     lines = []
-    chained = run_slimswin(teacher, 0.44, "smoke", device="cpu", start_from=run033, log=lines.append)
+    chained = run_method("slimswin", teacher, "smoke", ratio=0.44, device="cpu", start_from=run033, log=lines.append)
     assert chained.manifest["chained_from"] == run033.id
     assert sum(line.startswith("iteration ") for line in lines) == 1  # only the missing 4th iteration
     chained_state, chained_steps = _state(chained), load_history(chained)["steps"]
     assert [s["pruned"] for s in chained_steps[:3]] == [s["pruned"] for s in load_history(run033)["steps"]]
-    alone = run_slimswin(teacher, 0.44, "smoke", device="cpu", force=True, log=quiet)
+    alone = run_method("slimswin", teacher, "smoke", ratio=0.44, device="cpu", force=True, log=quiet)
     assert "chained_from" not in alone.manifest
     assert [s["pruned"] for s in load_history(alone)["steps"]] == [s["pruned"] for s in chained_steps]
     for key, value in _state(alone).items():

@@ -96,6 +96,35 @@ def test_run_reuse_resume_and_conflict():
     assert open_run("unit-crash").status == "complete"
 
 
+def test_a_run_in_use_by_another_process_waits_for_it(tmp_path):
+    """The per-run lock (filelock) makes a second process wait until the first lets go, then reuse its work."""
+    import time
+
+    env = {**os.environ, "WORKBENCH_HOME": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time\nfrom workbench.runs import ensure_run\n"
+         "def body(run):\n    print('held', flush=True)\n    time.sleep(3)\n    return {'x': 1}\n"
+         "ensure_run('locked', {'a': 1}, body, log=lambda s: None)\n"],
+        env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        lines: list[str] = []
+        old = os.environ.get("WORKBENCH_HOME")
+        os.environ["WORKBENCH_HOME"] = str(tmp_path)
+        try:
+            t0 = time.perf_counter()
+            run = ensure_run("locked", {"a": 1}, lambda run: {"x": 2}, log=lines.append)
+        finally:
+            if old is None:
+                del os.environ["WORKBENCH_HOME"]
+            else:
+                os.environ["WORKBENCH_HOME"] = old
+        assert any("in use by another process" in ln for ln in lines) and time.perf_counter() - t0 > 1
+        assert run.manifest["results"] == {"x": 1}  # the holder's run, reused (not run again)
+    finally:
+        holder.wait(timeout=60)
+
+
 def test_teacher_run_end_to_end(smoke_teacher):
     run = smoke_teacher("vit")
     m = run.manifest

@@ -1,7 +1,8 @@
 """A toy method written against the method contract alone (docs/adding-a-method.md): an identity
 "compression" of the demo ViT whose deploy form scales the teacher's logits by a gain. It registers a model
-form with timm, a hook point, a registry entry (budgets, run function, a CLI option), an extractor reading
-the hook point, and a figure (data + plot); tests/test_contract.py drives it end to end."""
+form with timm, a hook point, a registry entry (budgets, run function, a CLI option, its paper's title), an
+extractor reading the hook point with an option of its own (a `workbench analyze` flag), a figure (data + plot)
+and a student of the teacher-vs-compressed comparison; tests/test_contract.py drives it end to end."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from timm.models import register_model
 
 from methods.hooks import HookPoint, run_with_cache
 from methods.io import atomic_save_safetensors
-from workbench.analysis import register
-from workbench.figures import dataset, figure
+from workbench.analysis import ExtractorOption, register
+from workbench.figures import dataset, figure, student
 from workbench.pipelines import Method, Option, register_method
 from workbench.pipelines.common import accuracy, load_teacher, method_data, run_tag, student_run
 
@@ -50,19 +51,25 @@ def run(req, gain: float = 1.0):
 
 
 register_method(Method("toy", "Identity compression (tests the method contract).", {p: {} for p in ("demo", "smoke", "paper")},
-                       run, teacher="vit", options=(Option("gain", "factor on the logits", type=float, default=1.0),)))
+                       run, teacher="vit", options=(Option("gain", "factor on the logits", type=float, default=1.0),),
+                       paper_title="Toy — identity compression", paper_ref="papers/999"))
 
 
-@register("toy_logits")
-def extract_logits(model, images, *, layers=None, targets=None) -> xr.Dataset:
+@register("toy_logits", options=(ExtractorOption("offset", "added to the logits read", type=float),))
+def extract_logits(model, images, *, layers=None, targets=None, offset: float = 0.0) -> xr.Dataset:
     _, cache = run_with_cache(model, images, names="hook_logits")
-    return xr.Dataset({"logits": (("sample", "class"), cache["hook_logits"].cpu().numpy())}).assign_attrs(
-        analysis="toy_logits", config="{}")
+    return xr.Dataset({"logits": (("sample", "class"), cache["hook_logits"].cpu().numpy() + offset)}).assign_attrs(
+        analysis="toy_logits", config=f'{{"offset": {offset}}}')
 
 
 @dataset("toy.logits", after=("teacher.vit",))
 def logits_data(ctx) -> xr.Dataset:
     return ctx.analysis("toy_logits", ctx.run("toy", gain=2.0).id, ctx.profile.analysis_images).load()
+
+
+@student("toy g2", method="toy", teacher="vit", after=("toy.logits",))
+def toy_student(ctx):
+    return ctx.run("toy", gain=2.0)
 
 
 def plot_logits(ds: xr.Dataset):

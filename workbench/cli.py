@@ -135,10 +135,11 @@ def _analyze_flags(a: argparse.ArgumentParser) -> None:
     a.add_argument("--out", required=True, help="store path (.nc)")
     a.add_argument("--layers", default=None, help="comma-separated block indices (default: all)")
     a.add_argument("--img-size", type=int, default=None, help="input resolution for timm models (e.g. 384)")
-    a.add_argument("--wrt", default=None, choices=["mixer_input", "residual", "lstm_input"],
-                   help="dependency only: differentiate by the token-mixer input (default), the block input, or FAR's "
-                        "LSTM input")
-    a.add_argument("--norm", default=None, choices=["l2", "l1"], help="dependency only: norm of the gradient (default l2)")
+    from workbench.analysis import cli_options
+
+    for opt, kinds in cli_options().values():  # each extractor's own options (its registration declares them)
+        a.add_argument(opt.flag, dest=f"x_{opt.name}", default=None, type=opt.type,
+                       choices=list(opt.choices) if opt.choices else None, help=f"{', '.join(kinds)} only: {opt.help}")
     _add_device(a)
 
 
@@ -271,12 +272,15 @@ def cmd_analyze(args) -> int:
     opts = {}
     if args.layers:
         opts["layers"] = [int(x) for x in args.layers.split(",")]
-    for name in ("wrt", "norm"):
-        if getattr(args, name):
-            if args.kind != "dependency":
-                raise ValueError(f"--{name} applies to the dependency analysis only")
-            opts[name] = getattr(args, name)
-    path = run_analysis(args.kind.replace("-", "_"), args.model, args.images, args.out, checkpoint=args.checkpoint,
+    from workbench.analysis import cli_options
+
+    kind = args.kind.replace("-", "_")
+    for opt, kinds in cli_options().values():
+        if getattr(args, f"x_{opt.name}", None) is not None:
+            if kind not in kinds:
+                raise ValueError(f"{opt.flag} applies to the {', '.join(kinds)} analysis only")
+            opts[opt.name] = getattr(args, f"x_{opt.name}")
+    path = run_analysis(kind, args.model, args.images, args.out, checkpoint=args.checkpoint,
                         device=args.device, img_size=args.img_size, **opts)
     print(f"wrote {path}")
     return 0

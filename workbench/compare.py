@@ -4,7 +4,7 @@ Models are given as :func:`workbench.analyze.analyze` takes them — a run id / 
 timm name with optional local weights — and images as an image spec (:func:`workbench.data.load_images`).
 :func:`compare` loads them, checks that every model takes the same input (size and normalisation:
 the comparison feeds one batch to all of them and compares maps pixel by pixel), runs
-:func:`workbench.analysis.comparison.compare_models` and returns its Dataset stamped with
+:func:`workbench.analysis.teacher_vs_students.compare_models` and returns its Dataset stamped with
 provenance: DESIGN.md's attrs (the teacher's), ``models`` (JSON: every model's source), ``images``
 (the spec), plus ``image(sample, img_y, img_x[, rgb])`` — what the models saw, in [0, 1] — and
 ``label(sample)`` (-1 where unknown). ``sample`` holds the images' dataset indices.
@@ -122,23 +122,22 @@ def load_models(teacher: str, students: Sequence[str] | Mapping[str, str], *,
 
 
 def _is_run(ref: str) -> bool:
-    from workbench.runs import runs_root
+    from workbench.runs import find_run
 
-    path = Path(ref).expanduser()
-    return (path / "manifest.json").exists() or (runs_root() / ref / "manifest.json").exists()
+    return find_run(ref) is not None
 
 
 def compare_loaded(models: Models, images: str, **options) -> xr.Dataset:
-    """:func:`~workbench.analysis.comparison.compare_models` of loaded models on an image spec, stamped (module docstring).
+    """:func:`~workbench.analysis.teacher_vs_students.compare_models` of loaded models on an image spec, stamped (module docstring).
 
     Args:
         models: from :func:`load_models`.
         images: image spec, e.g. ``demo:val[15::31]`` (32 digits of all classes), ``skimage:astronaut,chelsea``.
-        **options: ``parts`` and the fields of :class:`~workbench.analysis.comparison.CompareConfig`.
+        **options: ``parts`` and the fields of :class:`~workbench.analysis.teacher_vs_students.CompareConfig`.
     """
     import torch
 
-    from workbench.analysis.comparison import compare_models, stamp_comparison
+    from workbench.analysis.teacher_vs_students import compare_models, stamp_comparison
     from workbench.data import load_images
 
     batch = load_images(images, input_size=models.input_size, mean=models.mean, std=models.std)
@@ -164,8 +163,8 @@ def compare(teacher: str, students: Sequence[str] | Mapping[str, str], images: s
         students: ``{label: ref}`` or ``["label=ref" | "ref", ...]``; an unlabelled student is labelled by its ref.
         images: image spec.
         checkpoints, teacher_name, device, img_size: see :func:`load_models`.
-        **options: ``parts`` (:data:`~workbench.analysis.comparison.PARTS`) and
-            :class:`~workbench.analysis.comparison.CompareConfig` fields (``ig_steps``, ``steps``, ``target``, ...).
+        **options: ``parts`` (:data:`~workbench.analysis.teacher_vs_students.PARTS`) and
+            :class:`~workbench.analysis.teacher_vs_students.CompareConfig` fields (``ig_steps``, ``steps``, ``target``, ...).
 
     Returns:
         The comparison Dataset (dims ``model``, ``sample``, ``layer``, ``head``, ``y``, ``x``, ``step``,

@@ -14,6 +14,8 @@ An *image spec* selects images everywhere in the CLI:
 - ``skimage:astronaut,chelsea`` - named photos from ``skimage.data``;
 - ``/path/to/folder[:32]`` - a folder of images, optional slice: an ImageFolder (one sub-folder per
   class; labels from the folders) or a flat folder of images (labels unknown, -1), in name order.
+
+:func:`datasets` gives a profile's training and held-out sets (the demo split, or ``DATA/train`` and ``DATA/val``).
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from methods.io import atomic_path
+from workbench.profiles import Profile, get_profile
 from workbench.provenance import DataSource
 
 DEMO_SEED = 0  # seed of the fixed train/val split
@@ -428,3 +431,31 @@ def _fit(img: np.ndarray, c: int, h: int, w: int) -> np.ndarray:
     if img.shape[:2] != (h, w):
         img = resize(img, (h, w), anti_aliasing=True, preserve_range=True)
     return np.clip(img, 0.0, 1.0).astype(np.float32)
+
+
+def datasets(profile: "str | Profile", data: str | None = None, input_size=(1, 28, 28), mean=None, std=None, *,
+             augment: Any | None = None, eval_transform: dict | None = None) -> tuple[Dataset, Dataset]:
+    """Training and held-out sets of a profile: the demo split, or ``DATA/train`` and ``DATA/val``.
+
+    Args:
+        profile: a :class:`~workbench.profiles.Profile` or its name (the demo split's size; ``paper`` needs ``data``).
+        data: ImageFolder root with ``train/`` and ``val/``, or None for the demo set (digits padded to
+            ``input_size``).
+        input_size, mean, std: the model's input.
+        augment: ImageFolder training augmentation, an object with ``auto_augment``, ``re_prob`` and
+            ``interpolation`` (the teacher budgets' :class:`workbench.pipelines.teacher.Augment`; None: timm's
+            default training transform).
+        eval_transform: more ``create_transform`` options of the held-out set (``crop_pct``, ``interpolation``).
+    """
+    prof = get_profile(profile)  # a Profile passes through
+    if data is None:
+        prof.require_data(data)
+        size = tuple(input_size)  # digits padded to the model's input size (DemoDataset)
+        return (DemoDataset("train", train_transform=True, limit=prof.train_limit, input_size=size),
+                DemoDataset("val", limit=prof.val_limit, input_size=size))
+    root = Path(data).expanduser()
+    kw = dict(input_size=input_size, mean=mean, std=std)
+    train_kw = {} if augment is None else dict(auto_augment=augment.auto_augment, re_prob=augment.re_prob,
+                                               re_mode="pixel", re_count=1, interpolation=augment.interpolation)
+    return (image_folder(root / "train", is_training=True, **kw, **train_kw),
+            image_folder(root / "val", is_training=False, **kw, **(eval_transform or {})))

@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 
 from workbench.provenance import RANDOM_INIT, ModelSource, RandomInitWarning
-from workbench.runs import Run, RunError, open_run, runs_root, sha256_file
+from workbench.runs import Run, RunError, find_run, sha256_file
 
 
 class CheckpointError(ValueError):
@@ -202,7 +202,4 @@ def run_model_spec(run: Run) -> tuple[str, dict]:
 
 
 def _maybe_run(ref: str) -> Run | None:
-    path = Path(ref).expanduser()
-    if (path / "manifest.json").exists() or (runs_root() / ref / "manifest.json").exists():
-        return open_run(ref)
-    return None
+    return find_run(ref)

@@ -28,12 +28,24 @@ class Profile:
     train_limit: int | None  # training images used (None: all)
     val_limit: int | None  # held-out images used for accuracy (None: all)
     analysis_images: str = "demo:val[:8]"  # image spec of the figures' analyses
+    is_paper: bool = False  # the papers' backbones and hyperparameters on the user's data (--data), launched on GPUs;
+    # no demo teacher is trained under it and no test runs it
+
+    def require_data(self, data: str | None, what: str = "trains") -> None:
+        """Refuse to run without ``--data`` under the paper profile (``what``: "trains", "prunes"...).
+
+        Raises:
+            ValueError: the paper profile and no data.
+        """
+        if self.is_paper and data is None:
+            raise ValueError(f"the {self.name} profile {what} on your data: pass --data PATH (an ImageFolder with "
+                             "train/ and val/)")
 
 
 PROFILES: dict[str, Profile] = {
     "demo": Profile("demo", None, None),
     "smoke": Profile("smoke", 256, 128, analysis_images="demo:val[:2]"),
-    "paper": Profile("paper", None, None),
+    "paper": Profile("paper", None, None, is_paper=True),
 }
 
 

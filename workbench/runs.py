@@ -13,7 +13,6 @@ notebooks and figures find the same runs whatever the working directory.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -135,20 +134,30 @@ class Run:
         return path
 
 
+def find_run(ref: str | Path | Run) -> Run | None:
+    """The run ``ref`` names (a Run, a directory path, or an id under :func:`runs_root`), or None when it names no
+    run (e.g. a timm name): the one answer to "is this a run?"."""
+    if isinstance(ref, Run):
+        return ref
+    path = Path(ref).expanduser()
+    if (path / "manifest.json").exists():
+        return Run(path)
+    path = runs_root() / str(ref)
+    return Run(path) if (path / "manifest.json").exists() else None
+
+
 def open_run(ref: str | Path) -> Run:
     """A run by id (under :func:`runs_root`) or by directory path.
 
     Raises:
         RunError: no such run, naming where it looked and how to create one.
     """
-    path = Path(ref).expanduser()
-    if not (path / "manifest.json").exists():
-        path = runs_root() / str(ref)
-    if not (path / "manifest.json").exists():
+    run = find_run(ref)
+    if run is None:
         known = sorted(p.name for p in runs_root().glob("*") if (p / "manifest.json").exists()) if runs_root().exists() else []
         hint = f"known runs: {', '.join(known)}" if known else "no runs yet"
         raise RunError(f"no run {str(ref)!r} (looked in {runs_root()}); {hint}. Train one with `workbench train teacher` or `workbench run METHOD`")
-    return Run(path)
+    return run
 
 
 def list_runs() -> list[Run]:
@@ -194,19 +203,22 @@ def ensure_run(
 
 @contextlib.contextmanager
 def _run_lock(run_id: str, log: Callable[[str], None]):
-    """One process at a time per run: a second one waits (e.g. a notebook and the CLI at once)."""
+    """One process at a time per run: a second one waits (e.g. a notebook and the CLI at once). A portable file lock
+    (``filelock``: POSIX and Windows), released when its holder ends, even if it was killed."""
+    from filelock import FileLock, Timeout
+
     lock_dir = runs_root() / ".locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / f"{run_id}.lock", "w") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"run {run_id} is in use by another process; waiting for it to finish")
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    lock = FileLock(str(lock_dir / f"{run_id}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log(f"run {run_id} is in use by another process; waiting for it to finish")
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _ensure_locked(run_id, run_dir: Path, config: dict, config_sha: str, body, log) -> Run:

@@ -35,6 +35,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from methods.cka import cka_matrix
 from methods.hooks import run_with_cache
 
 from .branched import parallel_blocks, score_matrices, value_output_matrices
@@ -113,13 +114,6 @@ def update_similarity(before: nn.Module, after: nn.Module) -> torch.Tensor:
     return torch.stack(out, dim=1)
 
 
-def _linear_cka(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Linear CKA of ``(N, D)`` features (centred over rows)."""
-    x, y = x - x.mean(0), y - y.mean(0)
-    hsic = (x.t() @ y).pow(2).sum()
-    return hsic / ((x.t() @ x).pow(2).sum().sqrt() * (y.t() @ y).pow(2).sum().sqrt())
-
-
 @torch.no_grad()
 def branch_features(model: nn.Module, images: torch.Tensor) -> dict[str, list[torch.Tensor]]:
     """Branch outputs on ``images``: ``{"attn": [(n, B, T, D)] * blocks, "ffn": [...]}``."""
@@ -150,7 +144,7 @@ def feature_similarity(model: nn.Module, images: torch.Tensor, measure: Measure 
                 out[i, m] = torch.einsum("abtd,cbtd->ac", unit, unit) / (f.shape[1] * f.shape[2])
             else:
                 rows = f.reshape(n, -1, f.shape[-1])  # (n, B·T, D)
-                out[i, m] = torch.tensor([[_linear_cka(rows[a], rows[c]) for c in range(n)] for a in range(n)])
+                out[i, m] = torch.tensor(cka_matrix(list(rows), list(rows), estimators=("biased",))[0])  # linear CKA
     return out
 
 

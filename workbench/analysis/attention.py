@@ -31,7 +31,7 @@ import xarray as xr
 from einops import rearrange
 
 from methods.hooks import hook_points, run_with_cache
-from workbench.analysis import register
+from workbench.analysis import Example, examples, register
 from workbench.analysis.tokens import vit_token_layout, window_coords, window_grid, window_token_map_yx
 from workbench.provenance import config_json
 from workbench.xrutils import layer_config, pad_stack
@@ -113,7 +113,7 @@ def record(model: nn.Module, images: torch.Tensor, names: Sequence[str]) -> dict
     return cache
 
 
-@register("attention")
+@register("attention", example=Example(examples.vit, (2, 1, 28, 28), (0, 2)))
 def extract_attention(
     model: nn.Module, images: torch.Tensor, *, layers: int | Sequence[int] | None = None, targets: torch.Tensor | None = None
 ) -> xr.Dataset:
@@ -189,7 +189,7 @@ def extract_attention(
     return ds.assign_attrs(analysis="attention", config=config_json(layers=layer_config(layers)))
 
 
-@register("window_attention")
+@register("window_attention", example=Example(examples.swin, (2, 1, 32, 32), (0, 1)))
 def extract_window_attention(
     model: nn.Module,
     images: torch.Tensor,

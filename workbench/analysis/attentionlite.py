@@ -31,7 +31,7 @@ import xarray as xr
 
 from methods.attentionlite import at_map, stage_names
 from methods.hooks import hook_points, run_with_cache
-from workbench.analysis import register
+from workbench.analysis import Example, examples, register
 from workbench.provenance import config_json
 from workbench.xrutils import layer_config, pad_stack
 
@@ -76,7 +76,7 @@ def _select(n: int, layers: int | Sequence[int] | None, what: str) -> list[int]:
     return sorted(out)
 
 
-@register("at_maps")
+@register("at_maps", example=Example(examples.sa_resnet, (2, 1, 12, 12), (0, 1)))
 @torch.no_grad()
 def extract_at_maps(model: nn.Module, images: torch.Tensor, *, layers: int | Sequence[int] | None = None,
                     targets: torch.Tensor | None = None, p: float = 2.0) -> xr.Dataset:
@@ -132,7 +132,7 @@ def attention_layer_points(model: nn.Module) -> list[str]:
             and not n.startswith("layers.")]
 
 
-@register("local_attention")
+@register("local_attention", example=Example(examples.sa_resnet, (2, 1, 12, 12), (0, 2)))
 @torch.no_grad()
 def extract_local_attention(model: nn.Module, images: torch.Tensor, *, layers: int | Sequence[int] | None = None,
                             targets: torch.Tensor | None = None, query: Sequence[float] = (0.5, 0.5)) -> xr.Dataset:

@@ -24,10 +24,11 @@ Revisited") compares two sets of features of the same n examples, X ∈ R^{n×d�
   independent features is ≈ 0; it can be slightly negative, and for tiny n a debiased
   self-HSIC can be ≤ 0, in which case CKA is NaN.
 
-Everything is computed in float64 (the terms above cancel heavily), on the device of the inputs.
+The estimators live in :mod:`methods.cka` (the one implementation, also used by :mod:`methods.nondeep`); this
+module arranges a network's layers for them. Everything is computed in float64 (the terms above cancel heavily), on the device of the inputs.
 Cost per pair O(n·d₁·d₂); per layer the centred features and self-HSICs are computed once.
 
-Which features (used by :mod:`workbench.analysis.comparison`): a *layer* is a block output — a ViT
+Which features (used by :mod:`workbench.analysis.teacher_vs_students`): a *layer* is a block output — a ViT
 block's residual stream ``(B, T, D)``, a Swin block's ``(B, H, W, C)``, a CNN stage's
 ``(B, C, H, W)``. :class:`LayerFeatures` puts each on its spatial grid ``(B, h, w, D)`` (ViT
 prefix tokens — CLS, distillation, registers — held apart) and three poolings give the examples:
@@ -56,125 +57,13 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
+from methods.cka import ESTIMATORS, Estimator, Prepared, cka_matrix, hsic, linear_cka, prepare, prepared_cka
+
 __all__ = ["Estimator", "Pooling", "POOLINGS", "ESTIMATORS", "linear_cka", "hsic", "cka_matrix",
            "LayerFeatures", "layer_features", "pooled_examples", "common_grid", "layer_cka", "block_cosine"]
 
-Estimator = Literal["debiased", "biased"]
 Pooling = Literal["mean", "token", "cls"]
-ESTIMATORS: tuple[str, ...] = ("debiased", "biased")
 POOLINGS: tuple[str, ...] = ("mean", "token", "cls")
-
-
-def _as64(x: torch.Tensor | np.ndarray) -> torch.Tensor:
-    t = torch.as_tensor(x)
-    if t.ndim != 2:
-        raise ValueError(f"CKA features must be (n, d), got shape {tuple(t.shape)}")
-    if not torch.isfinite(t).all():
-        raise ValueError("CKA features contain NaN or inf")
-    return t.to(torch.float64)
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    """Centred float64 features with what every HSIC of them needs."""
-
-    x: torch.Tensor  # (n, d) column-centred
-    rows: torch.Tensor  # (n,) ‖x_i‖²
-    total: float  # ‖X‖²_F
-    self_hsic: dict[str, float]  # estimator -> HSIC(K, K) (scaled as in _hsic)
-
-
-def _prepare(x: torch.Tensor | np.ndarray) -> _Prepared:
-    x = _as64(x)
-    x = x - x.mean(0, keepdim=True)
-    rows = (x * x).sum(1)
-    gram = x.T @ x  # (d, d)
-    xtx = float((gram * gram).sum())
-    p = _Prepared(x, rows, float(rows.sum()), {})
-    for est in ESTIMATORS:
-        p.self_hsic[est] = _hsic(xtx, p, p, est)
-    return p
-
-
-def _hsic(xty_sq: float, a: _Prepared, b: _Prepared, estimator: str) -> float:
-    """HSIC from ‖XᵀY‖²_F of centred features: biased ``‖XᵀY‖²``, debiased ``n(n−3)·HSIC_u`` (module docstring)."""
-    n = a.x.shape[0]
-    if estimator == "biased":
-        return xty_sq
-    if estimator != "debiased":
-        raise ValueError(f"estimator must be 'debiased' or 'biased', got {estimator!r}")
-    if n < 4:  # the estimator divides by n − 3 and n − 2
-        return float("nan")
-    return xty_sq - n / (n - 2) * float(a.rows @ b.rows) + a.total * b.total / ((n - 1) * (n - 2))
-
-
-def _check_n(n: int, estimator: str) -> None:
-    if estimator == "debiased" and n < 4:
-        raise ValueError(f"debiased HSIC needs at least 4 examples, got {n}")
-
-
-def _cka(a: _Prepared, b: _Prepared, estimator: str) -> float:
-    if a.x.shape[0] != b.x.shape[0]:
-        raise ValueError(f"CKA needs the same examples in both: {a.x.shape[0]} vs {b.x.shape[0]} rows")
-    xty = a.x.T @ b.x.to(a.x.device)  # (d1, d2)
-    num = _hsic(float((xty * xty).sum()), a, b, estimator)
-    den = a.self_hsic[estimator] * b.self_hsic[estimator]
-    return num / np.sqrt(den) if den > 0 else float("nan")
-
-
-def hsic(x: torch.Tensor | np.ndarray, y: torch.Tensor | np.ndarray, *, estimator: Estimator = "debiased") -> float:
-    """HSIC of linear kernels: biased ``tr(KHLH)/(n−1)²`` or the unbiased estimator of Song et al. 2012.
-
-    Args:
-        x: features ``(n, d1)``.
-        y: features ``(n, d2)`` of the same n examples.
-        estimator: ``"debiased"`` or ``"biased"``.
-    """
-    a, b = _prepare(x), _prepare(y)
-    n = a.x.shape[0]
-    _check_n(n, estimator)
-    if b.x.shape[0] != n:
-        raise ValueError(f"HSIC needs the same examples in both: {n} vs {b.x.shape[0]} rows")
-    xty = a.x.T @ b.x
-    raw = _hsic(float((xty * xty).sum()), a, b, estimator)
-    return raw / (n - 1) ** 2 if estimator == "biased" else raw / (n * (n - 3))
-
-
-def linear_cka(x: torch.Tensor | np.ndarray, y: torch.Tensor | np.ndarray, *,
-               estimator: Estimator = "debiased") -> float:
-    """Linear CKA of two feature sets of the same n examples, in float64 (module docstring).
-
-    Args:
-        x: ``(n, d1)``.
-        y: ``(n, d2)``.
-        estimator: ``"debiased"`` (Nguyen et al. 2021) or ``"biased"`` (Kornblith et al. 2019).
-
-    Returns:
-        CKA in [0, 1] (debiased: may be slightly below 0); NaN if a self-HSIC is not positive
-        (constant features, or a debiased estimate at tiny n).
-
-    Raises:
-        ValueError: different numbers of examples, non-finite values, or fewer than 4 examples for
-            the debiased estimator.
-    """
-    a, b = _prepare(x), _prepare(y)
-    _check_n(a.x.shape[0], estimator)
-    return _cka(a, b, estimator)
-
-
-def cka_matrix(xs: Sequence[torch.Tensor | np.ndarray], ys: Sequence[torch.Tensor | np.ndarray], *,
-               estimators: Sequence[str] = ESTIMATORS) -> np.ndarray:
-    """CKA of every pair ``(xs[i], ys[j])``, ``(len(estimators), len(xs), len(ys))`` float64.
-
-    Each feature set is centred once; the cross term ``XᵀY`` is computed once per pair for all estimators.
-    """
-    px, py = [_prepare(x) for x in xs], [_prepare(y) for y in ys]
-    out = np.full((len(estimators), len(px), len(py)), np.nan)
-    for i, a in enumerate(px):
-        for j, b in enumerate(py):
-            for e, est in enumerate(estimators):
-                out[e, i, j] = _cka(a, b, est)
-    return out
 
 
 # ------------------------------------------------------------------------------------ layer features
@@ -267,13 +156,13 @@ def layer_cka(teacher: Sequence[LayerFeatures], student: Sequence[LayerFeatures]
     debiased estimator with fewer than 4 examples. Each layer's
     examples are pooled and centred once per target grid.
     """
-    cache: dict[tuple[str, int, tuple[int, int] | None], _Prepared | None] = {}
+    cache: dict[tuple[str, int, tuple[int, int] | None], Prepared | None] = {}
 
-    def prepared(side: str, i: int, f: LayerFeatures, grid: tuple[int, int] | None) -> _Prepared | None:
+    def prepared(side: str, i: int, f: LayerFeatures, grid: tuple[int, int] | None) -> Prepared | None:
         key = (side, i, grid)
         if key not in cache:
             ex = pooled_examples(f, pooling, grid)
-            cache[key] = None if ex is None else _prepare(ex)
+            cache[key] = None if ex is None else prepare(ex)
         return cache[key]
 
     out = np.full((len(estimators), len(teacher), len(student)), np.nan)
@@ -284,7 +173,7 @@ def layer_cka(teacher: Sequence[LayerFeatures], student: Sequence[LayerFeatures]
             if pa is None or pb is None:
                 continue
             for e, est in enumerate(estimators):
-                out[e, i, j] = _cka(pa, pb, est)
+                out[e, i, j] = prepared_cka(pa, pb, est)
     return out
 
 

@@ -13,7 +13,7 @@ in eval mode, so one backward serves the whole batch. Output: per-head outputs b
 projection — for a teacher ``Attention`` the per-head ``softmax(qkᵀ)·v`` (times the gate if the
 model has one), for FAR the per-head BiLSTM outputs H_n (:meth:`methods.far.MultiHeadBiLSTM.forward_heads`),
 so a teacher's saliency and FAR's line up, and a teacher's attention probabilities too (same dims;
-see :mod:`workbench.analysis.compare`).
+see :mod:`workbench.analysis.token_maps`).
 
 Which input (``wrt``; hook names of :mod:`methods.hooks`):
 
@@ -81,7 +81,7 @@ from einops import rearrange
 
 from methods.far import check_vit
 from methods.hooks import run_with_cache
-from workbench.analysis import register
+from workbench.analysis import Example, ExtractorOption, examples, register
 from workbench.analysis.head_fns import WRT, HeadFn, Wrt, head_output_fn
 from workbench.analysis.tokens import vit_token_layout
 from workbench.provenance import config_json
@@ -399,7 +399,10 @@ def _resolve_layers(depth: int, layers) -> list[int]:
 _WRT_LABEL = {"residual": "x_l", "mixer_input": "LN1(x_l)", "lstm_input": "the LSTM input I"}
 
 
-@register("dependency")
+@register("dependency", options=(ExtractorOption("wrt", "differentiate by the token-mixer input (default), the block input, "
+                                    "or FAR's LSTM input", choices=("mixer_input", "residual", "lstm_input")),
+                     ExtractorOption("norm", "norm of the gradient (default l2)", choices=("l2", "l1"))),
+          example=Example(examples.far, (2, 1, 28, 28), (0, 2)))
 def extract_dependency(
     model: nn.Module,
     images: torch.Tensor,

@@ -42,7 +42,7 @@ from methods.nondeep import (
     parallel_blocks,
     weight_similarity,
 )
-from workbench.analysis import register
+from workbench.analysis import Example, examples, register
 from workbench.provenance import config_json
 from workbench.xrutils import layer_config
 
@@ -86,7 +86,7 @@ def _branch_coords(n: int) -> dict:
     return {"branch_i": np.arange(n), "branch_j": np.arange(n)}
 
 
-@register("branch_weight_similarity")
+@register("branch_weight_similarity", example=Example(examples.branched, (2, 1, 28, 28), (0, 2)))
 @torch.no_grad()
 def extract_weight_similarity(model: nn.Module, images: torch.Tensor | None = None, *,
                               layers: int | Sequence[int] | None = None,
@@ -118,7 +118,7 @@ def extract_weight_similarity(model: nn.Module, images: torch.Tensor | None = No
     return ds.assign_attrs(analysis="branch_weight_similarity", config=config_json(layers=layer_config(layers)))
 
 
-@register("branch_feature_similarity")
+@register("branch_feature_similarity", example=Example(examples.branched, (2, 1, 28, 28), (0, 2)))
 @torch.no_grad()
 def extract_feature_similarity(model: nn.Module, images: torch.Tensor, *, layers: int | Sequence[int] | None = None,
                                targets: torch.Tensor | None = None) -> xr.Dataset:
@@ -161,7 +161,7 @@ def extract_feature_similarity(model: nn.Module, images: torch.Tensor, *, layers
     return ds.assign_attrs(analysis="branch_feature_similarity", config=config_json(layers=layer_config(layers)))
 
 
-@register("join_lambda")
+@register("join_lambda", example=Example(examples.branched, (2, 1, 28, 28), (0, 2)))
 @torch.no_grad()
 def extract_join_lambda(model: nn.Module, images: torch.Tensor, *, layers: int | Sequence[int] | None = None,
                         targets: torch.Tensor | None = None, warmup_steps: int = 100,
@@ -201,7 +201,7 @@ def _relative(out: torch.Tensor, ref: torch.Tensor) -> np.ndarray:
     return (d / ref.abs().flatten(1).amax(1).clamp_min(torch.finfo(ref.dtype).tiny)).double().cpu().numpy()
 
 
-@register("collapse_error")
+@register("collapse_error", example=Example(examples.branched, (2, 1, 28, 28), (0, 2)))
 @torch.no_grad()
 def extract_collapse_error(model: nn.Module, images: torch.Tensor, *, layers: int | Sequence[int] | None = None,
                            targets: torch.Tensor | None = None, variants: Sequence[str] | None = None,

@@ -26,11 +26,11 @@ import torch.nn as nn
 import xarray as xr
 
 from methods.far import DIRECTIONS, group_hoyer, substitutes, unit_group_norms
-from workbench.analysis import register
+from workbench.analysis import Example, examples, register
 from workbench.provenance import config_json
 
 
-@register("retention")
+@register("retention", example=Example(examples.far, (2, 1, 28, 28), (0, 2)))
 @torch.no_grad()
 def extract_retention(
     model: nn.Module,

@@ -28,7 +28,7 @@ import xarray as xr
 
 from methods.hooks import hook_points
 from methods.sparsifiner import sparse_attentions, sparse_basis
-from workbench.analysis import register
+from workbench.analysis import Example, examples, register
 from workbench.analysis.attention import AttentionPoint, record, select_layers
 from workbench.analysis.tokens import vit_token_layout
 from workbench.provenance import config_json
@@ -101,7 +101,7 @@ def mass_agreement(mask: xr.DataArray, reference: xr.DataArray) -> xr.Dataset:
                       coords=coords)
 
 
-@register("sparse_attention")
+@register("sparse_attention", example=Example(examples.sparsifiner, (2, 1, 28, 28), (0, 2)))
 def extract_sparse_attention(
     model: nn.Module,
     images: torch.Tensor,
@@ -189,7 +189,7 @@ def extract_sparse_attention(
     return ds.assign_attrs(analysis="sparse_attention", config=config_json(layers=layer_config(layers), teacher=ref))
 
 
-@register("sparse_basis")
+@register("sparse_basis", example=Example(examples.sparsifiner, (2, 1, 28, 28), (0, 2)))
 def extract_sparse_basis(
     model: nn.Module,
     images: torch.Tensor,

@@ -1,6 +1,6 @@
 """Token-map agreement per layer and head: a teacher's attention against a student's token maps.
 
-Generalises :mod:`workbench.analysis.compare` (FAR's maps, head-averaged, ViT layout only) to any
+Generalises :mod:`workbench.analysis.token_maps` (FAR's maps, head-averaged, ViT layout only) to any
 pair of models with token-to-token maps of the same layout — ViT ``(B, heads, T, T)`` and Swin
 window attention ``(B·windows, heads, N, N)`` — per head as well as head-averaged. The student's
 map of a block is its attention probabilities (``*.attn.hook_pattern``, read with
@@ -23,7 +23,7 @@ left out):
 Per head where the two maps have the same number of heads (heads are compared by index — whether
 they correspond is for the reader to judge: FAR's heads were distilled jointly, not one to one);
 head-averaged (the mean of the heads' normalised rows, still a distribution) always. Differences
-from :func:`workbench.analysis.compare.agreement`: its ``spearman`` ranks the whole T×T map at
+from :func:`workbench.analysis.token_maps.agreement`: its ``spearman`` ranks the whole T×T map at
 once, ours ranks each row (so every query counts equally), and it has no per-head scores.
 """
 

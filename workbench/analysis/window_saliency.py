@@ -31,7 +31,7 @@ from typing import Literal, Sequence
 import numpy as np
 import xarray as xr
 
-from workbench.analysis import register
+from workbench.analysis import Example, examples, register
 from workbench.provenance import config_json
 
 Reduce = Literal["abs_of_mean", "abs", "signed"]
@@ -95,7 +95,7 @@ def _select_layers(n_layers: int, layers) -> list[int]:
     return sorted(out)
 
 
-@register("window_saliency")
+@register("window_saliency", example=Example(examples.swin, (2, 1, 32, 32), (0, 1)))
 def extract_window_saliency(
     model,
     images,

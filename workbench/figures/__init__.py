@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 
     from workbench.figures.context import Context
 
-__all__ = ["Verdict", "Finding", "DataSpec", "FigureSpec", "StudentSpec", "DATA", "FIGURES", "STUDENTS", "dataset", "figure", "student",
-           "load_all", "get", "closure"]
+__all__ = ["Verdict", "Finding", "DataSpec", "FigureSpec", "StudentSpec", "DATA", "FIGURES", "STUDENTS", "GROUPS",
+           "dataset", "figure", "student", "group", "paper_titles", "load_all", "get", "closure"]
 
 
 Status = Literal["shown", "partly", "not shown"]
@@ -86,7 +86,8 @@ class FigureSpec:
 
     id: str  # e.g. "far.fig4", "far.table2", "teacher.attention"
     paper: str  # short name of the paper it mirrors ("far", ...) or "workbench"
-    caption: str  # one-paragraph caption for index.md
+    caption_source: str | Callable[[], str]  # one-paragraph caption for index.md, or a function writing it from what
+    # is registered when asked (e.g. the comparison's list of students)
     data: tuple[str, ...]  # data ids; their Datasets are the plot's positional arguments
     plot: Callable[..., Any]  # plot(*datasets) -> matplotlib Figure or workbench.plots.table.Table
     kind: Literal["figure", "table"] = "figure"
@@ -95,6 +96,14 @@ class FigureSpec:
     def verdict(self, *datasets: "xr.Dataset") -> Verdict | None:
         """The finding's verdict on these Datasets (the figure's data), or None without a finding."""
         return None if self.finding is None else self.finding.test(*datasets)
+
+    @property
+    def caption(self) -> str:
+        """The caption (written now, after :func:`load_all`, when it is a function)."""
+        if callable(self.caption_source):
+            load_all()
+            return self.caption_source()
+        return self.caption_source
 
     def draw(self, ctx: "Context"):
         """The figure (or table) from its data, computed or read back through ``ctx``."""
@@ -117,6 +126,26 @@ class StudentSpec:
 DATA: dict[str, DataSpec] = {}
 FIGURES: dict[str, FigureSpec] = {}
 STUDENTS: dict[str, StudentSpec] = {}
+GROUPS: dict[str, tuple[int, str]] = {}  # figure group that is no method (a FigureSpec's ``paper``: "workbench",
+# "compare") -> (place in the index: before the methods < 0 < after them, heading)
+
+
+def group(name: str, title: str, *, place: int) -> None:
+    """Register the heading of the figure group ``name`` that is no method (a method's heading is its registry
+    entry's ``paper_title``); ``place`` < 0 puts it before the methods in the index, > 0 after them."""
+    GROUPS[name] = (place, title)
+
+
+def paper_titles() -> dict[str, str]:
+    """Figure group (a FigureSpec's ``paper``) -> its heading in the index, in index order: the groups placed
+    before the methods, every method with a ``paper_title`` (in the order of their papers), the groups after."""
+    from workbench.pipelines import load_all as load_methods
+
+    load_all()
+    methods = sorted((m for m in load_methods().values() if m.paper_title), key=lambda m: (m.paper_ref, m.name))
+    places = sorted([(place, "", name, title) for name, (place, title) in GROUPS.items()]
+                    + [(0, m.paper_ref, m.name, m.paper_title) for m in methods])
+    return {name: title for _, _, name, title in places}
 
 
 def dataset(id: str, *, after: tuple[str, ...] | Callable[[], Iterable[str]] = (), exclusive: bool = False):
@@ -147,9 +176,10 @@ def student(label: str, *, method: str, teacher: str, after: tuple[str, ...],
     return deco
 
 
-def figure(id: str, *, paper: str, caption: str, data: str | tuple[str, ...], plot: Callable[..., Any],
-           kind: Literal["figure", "table"] = "figure", finding: Finding | None = None) -> FigureSpec:
-    """Register the figure ``id``: ``plot(*[data Datasets])`` with its caption for ``figures/index.md``.
+def figure(id: str, *, paper: str, caption: str | Callable[[], str], data: str | tuple[str, ...],
+           plot: Callable[..., Any], kind: Literal["figure", "table"] = "figure", finding: Finding | None = None) -> FigureSpec:
+    """Register the figure ``id``: ``plot(*[data Datasets])`` with its caption for ``figures/index.md`` (a string, or
+    a function writing it from what is registered).
 
     ``finding``: the paper's claim the item reproduces; its verdict, computed from the data whenever the item is
     drawn, is appended to the caption and listed in the findings table that opens ``figures/index.md``.

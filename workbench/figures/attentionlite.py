@@ -11,7 +11,6 @@ density) beside the paper's reductions, with the demo's measured rows below.
 
 from __future__ import annotations
 
-import copy
 import json
 
 import numpy as np
@@ -31,9 +30,7 @@ STUDENTS = {"sa_resnet26": "SA-ResNet26", "sa_resnet38": "SA-ResNet38"}
 
 # ---------------------------------------------------------------------------------------- runs
 def _budget(ctx: Context):
-    from workbench.pipelines import budget
-
-    return budget("attentionlite", ctx.profile)
+    return ctx.budget("attentionlite")
 
 
 def demo_runs(ctx: Context, pruning: str, seeds=None, *, stem: str | None = None) -> dict[tuple[bool, int], object]:
@@ -159,10 +156,9 @@ def local_attention_data(ctx: Context) -> xr.Dataset:
 # ---------------------------------------------------------------------------------------- paper size
 def _paper_combos(ctx: Context) -> list[tuple[str, str, str, str, float]]:
     """Unique (student, stem, dataset, pruning, d) of Tables 1 and 2 (the profile's students and datasets)."""
-    from methods.attentionlite import PAPER_TABLE1, PAPER_TABLE2
-
+    paper = ctx.paper("attentionlite")  # methods.attentionlite.PAPER_TABLE1, PAPER_TABLE2
     b = _budget(ctx)
-    return list(dict.fromkeys((r.student, r.stem, r.dataset, r.pruning, r.density) for r in PAPER_TABLE1 + PAPER_TABLE2
+    return list(dict.fromkeys((r.student, r.stem, r.dataset, r.pruning, r.density) for r in paper["table1"] + paper["table2"]
                               if r.student in b.paper_students and r.dataset in b.paper_datasets))
 
 
@@ -170,39 +166,10 @@ def _paper_combos(ctx: Context) -> list[tuple[str, str, str, str, float]]:
 def paper_size_data(ctx: Context) -> xr.Dataset:
     """Parameters and MACs at paper size of every (student, stem, dataset, pruning, d) of Tables 1-2 and of the CIFAR
     ResNet50 teacher: random weights, sparse momentum's initial masks (uniform density per layer), one image."""
-    import torch
-
-    from methods.attentionlite import SA_VARIANTS, SparseMomentum, count_macs_sparse, count_params, resnet50_cifar, shrink
-    from methods.flops import count_macs
+    from workbench.pipelines.attentionlite_measures import paper_size_rows
     from workbench.xrutils import rows_to_dataset
 
-    torch.manual_seed(0)
-    teachers, students, rows = {}, {}, []
-    with torch.no_grad():
-        for name, stem, data, pruning, d in _paper_combos(ctx):
-            _, classes, size = DATASETS[data]
-            x = torch.zeros(1, 3, size, size)
-            if (classes, size) not in teachers:
-                t = resnet50_cifar(num_classes=classes).eval()
-                teachers[(classes, size)] = (count_params(t)["total"], count_macs(t, x).total)
-            if (name, stem, classes, size) not in students:
-                m = SA_VARIANTS[name].build(stem, classes).eval()
-                students[(name, stem, classes, size)] = (m, count_params(m), count_macs(m, x))
-            dense, counts, macs = students[(name, stem, classes, size)]
-            model = copy.deepcopy(dense)
-            hook = SparseMomentum(model, d, pruning, epochs=1, seed=0)
-            kept = count_params(model, masks=hook.weight_masks())["kept"]
-            if pruning == "column":
-                small = shrink(model, hook.weight_masks())
-                shrunk, pruned_macs = sum(p.numel() for p in small.parameters()), count_macs_sparse(small, x)["dense"]
-            else:  # MACs of the non-zero weights: each layer's MACs × its kept fraction (count_macs_sparse's rule)
-                shrunk = None
-                pruned_macs = macs.total - sum(macs.within(n) * (1 - f) for n, f in hook.layer_densities().items())
-            t_params, t_macs = teachers[(classes, size)]
-            rows.append({"student": name, "stem": stem, "dataset": data, "pruning": pruning, "density": d,
-                         "image_size": size, "teacher_params": t_params, "teacher_macs": t_macs,
-                         "student_params": counts["total"], "student_macs": macs.total, "kept_params": kept,
-                         "shrunk_params": shrunk, "pruned_macs": pruned_macs, "realised_density": hook.realised_density()})
+    rows = paper_size_rows(_paper_combos(ctx), DATASETS)
     return rows_to_dataset(rows)
 
 
@@ -251,11 +218,10 @@ def _demo_rows(curves: list[xr.Dataset], stem_label: str) -> list[dict]:
 
 
 def _table_data(ctx: Context, stem: str) -> xr.Dataset:
-    from methods.attentionlite import PAPER_TABLE1, PAPER_TABLE2
     from workbench.xrutils import dataset_rows, rows_to_dataset
 
     ours = dataset_rows(ctx.data("attentionlite.paper_size"))
-    rows = _paper_rows(PAPER_TABLE1 if stem == "conv" else PAPER_TABLE2, ours, stem)
+    rows = _paper_rows(ctx.paper("attentionlite")["table1" if stem == "conv" else "table2"], ours, stem)
     curves = [ctx.data("attentionlite.fig2"), ctx.data("attentionlite.fig3")]
     rows += _demo_rows(curves, "hybrid")
     budget = json.loads(curves[0].attrs["budget"])

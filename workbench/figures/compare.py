@@ -39,11 +39,12 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from workbench.figures import STUDENTS, dataset, figure, load_all
+from workbench.figures import STUDENTS, dataset, figure, group, load_all
 from workbench.figures.context import Context
 from workbench.plots.table import Table
 
 PAPER = "compare"
+group(PAPER, "Teacher vs compressed", place=1)
 #: demo teacher archs (``workbench train teacher --arch``), in the order the figures show them
 ARCHS = ("vit", "swin", "cnn")
 ARCH_TITLE = {"vit": "ViT teacher", "swin": "Swin teacher", "cnn": "CNN teacher"}
@@ -150,7 +151,7 @@ def latency_data(ctx: Context) -> xr.Dataset:
     """Single-thread CPU latency at batch 1 of every teacher and student (median of interleaved rounds)."""
     import torch
 
-    from methods.train import cpu_threads
+    from workbench.runtime import cpu_threads
 
     rounds = BUDGETS[ctx.profile.name].latency_rounds
     rows = []
@@ -296,12 +297,27 @@ def table1(*datasets: xr.Dataset) -> Table:
 
 # ---------------------------------------------------------------------------------------- figures
 _DATA = tuple(f"compare.{a}" for a in ARCHS)
-_WHO = ("every student registered by a method's figures (FAR and FAR†, Sparsifiner k=0.25 and 0.1, Non-deep 3×2 and "
-        "2×3, SlimSwin r=1/3 and 2/3, AttentionLite irregular and column), grouped by the demo teacher it was "
-        "compressed from")
+
+
+def _who() -> str:
+    """The students the comparison shows, as registered by the methods' figures, grouped by teacher."""
+    by_method: dict[str, list[str]] = {}
+    for arch in ARCHS:
+        for s in students_of(arch):
+            by_method.setdefault(s.method, []).append(s.label)
+    from workbench.pipelines import METHODS
+
+    def name(m: str) -> str:  # "FAR" of "FAR — attention replaced by BiLSTMs"
+        return (METHODS[m].paper_title.split(" — ")[0] if m in METHODS else "") or m
+
+    named = [f"{name(m)}: {', '.join(labels)}" for m, labels in by_method.items()]
+    return (f"every student registered by a method's figures ({'; '.join(named)}), grouped by the demo teacher it was "
+            "compressed from")
+
+
 figure("compare.fig1", paper=PAPER, data=_DATA, plot=plot_fig1,
-       caption="Linear CKA (debiased, float64) of block outputs averaged over tokens, teacher layer (rows) × student "
-               f"layer (columns), on 20 held-out digits of all ten classes, for {_WHO}. The first panel of a row is the "
+       caption=lambda: "Linear CKA (debiased, float64) of block outputs averaged over tokens, teacher layer (rows) × student "
+               f"layer (columns), on 20 held-out digits of all ten classes, for {_who()}. The first panel of a row is the "
                "teacher against itself; dots mark the student layer at the same relative depth, whose mean is in each "
                "title. Students of another depth (Non-deep) and other block types (FAR's BiLSTMs, SA-ResNet stages) line "
                "up by the same measure.")

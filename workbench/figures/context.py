@@ -29,8 +29,10 @@ class Context:
         from workbench.profiles import get_profile
         from workbench.runs import home
 
+        from workbench.runtime import resolve_device
+
         self.profile = get_profile(profile)
-        self.device = device
+        self.device = resolve_device(device)  # once, here: runs, analyses and data functions get the torch.device
         self.force = force
         self.log = log
         self.store_dir = home() / "stores" / self.profile.name
@@ -47,13 +49,49 @@ class Context:
         """A method's run through the registry (:func:`workbench.pipelines.run_method`), trained or reused."""
         from workbench.pipelines import run_method
 
-        return self.use_run(run_method(method, teacher, self.profile.name, device=self.device, log=self.log, **options))
+        return self.use_run(run_method(method, teacher, self.profile, device=self.device, log=self.log, **options))
 
     def use_run(self, run):
         """Record that the data being computed uses ``run``; returns it."""
         self._used[-1].append({"run": run.id, "method": run.config.get("method"), "model_name": run.config.get("model_name"),
                                "checkpoint_sha256": run.manifest.get("checkpoint_sha256"), "weights": "run"})
         return run
+
+    def model(self, run, **kwargs):
+        """The model of ``run`` (a Run or a run id), loaded on the CPU in eval mode, recorded as used."""
+        from workbench.models import load_model
+        from workbench.runs import Run, open_run
+
+        run = run if isinstance(run, Run) else open_run(run)
+        self.use_run(run)
+        return load_model(run.id, **kwargs).model
+
+    def images(self, spec: str, model=None):
+        """The image batch ``spec`` (:func:`workbench.data.load_images`), sized and normalised for ``model`` (its
+        ``pretrained_cfg``; the demo's 1×28×28 without one)."""
+        from workbench.data import load_images
+
+        cfg = getattr(model, "pretrained_cfg", {}) or {}
+        return load_images(spec, input_size=tuple(cfg.get("input_size", (1, 28, 28))), mean=cfg.get("mean"),
+                           std=cfg.get("std"))
+
+    def heldout(self):
+        """The profile's held-out set (the demo set's validation split on the demo and smoke profiles)."""
+        from workbench.data import datasets
+
+        return datasets(self.profile.name)[1]
+
+    def budget(self, method: str):
+        """``method``'s budget on this profile (:func:`workbench.pipelines.budget`)."""
+        from workbench.pipelines import budget
+
+        return budget(method, self.profile)
+
+    def paper(self, method: str):
+        """The paper's published numbers of ``method`` (its registry entry's ``paper``)."""
+        from workbench.pipelines import get_method
+
+        return get_method(method).paper
 
     # analyses --------------------------------------------------------------------------------
     def analysis(self, kind: str, model: str, images: str, *, checkpoint: str | None = None, **options) -> xr.Dataset:
@@ -71,6 +109,31 @@ class Context:
         self._used[-1].append({"store": str(path), **{k: ds.attrs.get(k) for k in ("analysis", "model_name", "run",
                                                                                      "checkpoint_sha256")},
                                "weights": weights_of(ds.attrs)})
+        return ds
+
+    def extract(self, kind: str, key: str, build: Callable[[], object], images: str, **options) -> xr.Dataset:
+        """Extractor ``kind`` on a model that is no run (``build()`` makes it, e.g. a branched model at its
+        initialisation), computed once per ``key`` and read back from its store afterwards, like :meth:`analysis`.
+
+        Args:
+            key: names the model and everything that defines it (part of the store's name).
+            build: ``() -> nn.Module`` in eval mode; called only when the store is computed.
+            images: image spec, sized and normalised for the model.
+        """
+        from workbench.analysis import get_extractor
+        from workbench.provenance import ModelSource, stamp
+        from workbench.store import open_store, save
+
+        sig = json.dumps({"kind": kind, "model": key, "images": images, "options": options}, sort_keys=True, default=str)
+        path = self.store_dir / f"{kind}-{hashlib.sha256(sig.encode()).hexdigest()[:16]}.nc"
+        if not path.exists() or (self.force and path not in self._recomputed):
+            model = build()
+            batch = self.images(images, model)
+            ds = get_extractor(kind)(model, batch.tensor, **options)
+            save(stamp(ds, ModelSource(name=key, method="figure-model"), batch.source), path)
+            self._recomputed.add(path)
+        ds = open_store(path)
+        self._used[-1].append({"store": str(path), "analysis": ds.attrs.get("analysis"), "model_name": key})
         return ds
 
     # figure data -----------------------------------------------------------------------------
@@ -121,12 +184,10 @@ class Context:
 
 
 def _weights_sha(model: str, checkpoint: str | None) -> str | None:
-    from workbench.runs import runs_root
+    from workbench.runs import find_run
 
-    manifest = runs_root() / model / "manifest.json"
-    if manifest.exists():
-        return json.loads(manifest.read_text()).get("checkpoint_sha256")
-    return checkpoint
+    run = find_run(model)
+    return run.manifest.get("checkpoint_sha256") if run is not None else checkpoint
 
 
 def _unique(used: list[dict]) -> list[dict]:

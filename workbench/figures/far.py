@@ -9,7 +9,7 @@ probabilities (what the paper shows for DeiT), the teacher's gradient saliency a
 saliency (what the paper shows for FAR), with respect to each block's token-mixer input
 (``wrt="mixer_input"``, :mod:`workbench.analysis.dependency`), drawn as extracted — probabilities
 and gradient norms, each unit on its own stated colour scale — as the paper draws them; the
-agreement scores use row-normalised maps (:mod:`workbench.analysis.compare` says why).
+agreement scores use row-normalised maps (:mod:`workbench.analysis.token_maps` says why).
 
 Layers of App. C (Fig. 9–14): the paper shows DeiT-Tiny's layers 0, 5 and 7 of 12 as shallow,
 intermediate and deep. We take the block at the same relative depth, round(p / 11 · (L − 1)) for
@@ -64,23 +64,21 @@ def pruned_far_student(ctx: Context):
 @dataset("far.runs", after=("teacher.vit",))
 def runs_data(ctx: Context) -> xr.Dataset:
     """Teacher, FAR and pruned FAR: accuracy, size and what pruning kept, one row each, with the paper's Table 1."""
-    from methods.far import PAPER_TABLE1_IMAGENET
     from workbench.pipelines.common import model_counts
-
-    from workbench.models import load_model
     from workbench.xrutils import rows_to_dataset
 
+    paper = ctx.paper("far")["table1_imagenet"]  # methods.far.PAPER_TABLE1_IMAGENET
     teacher, far, pruned = far_runs(ctx)
     rows = []
     for kind, run in (("DeiT", teacher), ("FAR", far), ("FAR†", pruned)):
         res = run.manifest["results"]
-        counts = model_counts(load_model(run.id).model)
+        counts = model_counts(ctx.model(run))
         rows.append({"kind": kind, "run": run.id, "val_acc": res["val_acc"], "params": counts["params"],
                      "macs": counts["macs"], "val_images": res.get("val_images"),
                      "kept_fraction": res.get("kept_fraction"),
                      "pruned_before_finetune_val_acc": res.get("pruned_before_finetune_val_acc"),
                      "shrunk_vs_masked_max_abs_diff": res.get("shrunk_vs_masked_max_abs_diff"),
-                     **{f"paper_{size}": PAPER_TABLE1_IMAGENET[f"{kind.rstrip('†')}-{size}{'†' if '†' in kind else ''}"]
+                     **{f"paper_{size}": paper[f"{kind.rstrip('†')}-{size}{'†' if '†' in kind else ''}"]
                         for size in ("Tiny", "Small", "Base")}})
     return rows_to_dataset(rows)
 
@@ -88,7 +86,7 @@ def runs_data(ctx: Context) -> xr.Dataset:
 @dataset("far.maps", after=("far.runs",))
 def maps_data(ctx: Context) -> xr.Dataset:
     """Token maps (as extracted) of teacher attention, teacher saliency and FAR saliency, with the images."""
-    from workbench.analysis.compare import stack_maps
+    from workbench.analysis.token_maps import stack_maps
 
     teacher, far, _ = far_runs(ctx)
     images = ctx.profile.analysis_images
@@ -106,7 +104,7 @@ def retention_data(ctx: Context) -> xr.Dataset:
 @dataset("far.agreement", after=("far.maps",))
 def agreement_data(ctx: Context) -> xr.Dataset:
     """Per-layer agreement of the token maps, three views along ``view`` (see the figure's caption)."""
-    from workbench.analysis.compare import agreement
+    from workbench.analysis.token_maps import agreement
 
     maps = ctx.data("far.maps").drop_vars("image")
     saliencies = maps.sel(model=["teacher saliency", "FAR saliency"]).assign_attrs(maps.attrs)
@@ -121,18 +119,16 @@ def agreement_data(ctx: Context) -> xr.Dataset:
 @dataset("far.table3", after=("teacher.vit",))
 def table3_data(ctx: Context) -> xr.Dataset:
     """The four Table 3 schedules with the profile's short ablation budget: accuracy after distillation / finetuning."""
-    from methods.far import PAPER_TABLE3
-    from workbench.pipelines import budget
-
+    paper = ctx.paper("far")["table3"]  # methods.far.PAPER_TABLE3
     teacher = ctx.teacher("vit")
     runs = {s: ctx.run("far", teacher.id, schedule=s, prune=False, table3=True) for s in SCHEDULES}
-    b = budget("far", ctx.profile)
+    b = ctx.budget("far")
     d, f = b.ablation or (b.distill, b.finetune)
     return xr.Dataset(
         {"distill_val_acc": ("schedule", [runs[s].manifest["results"]["distill_val_acc"] for s in SCHEDULES]),
          "val_acc": ("schedule", [runs[s].manifest["results"]["val_acc"] for s in SCHEDULES]),
-         "paper": (("paper_model", "schedule"), [[PAPER_TABLE3[m][s] for s in SCHEDULES] for m in PAPER_TABLE3])},
-        coords={"schedule": list(SCHEDULES), "paper_model": list(PAPER_TABLE3), "run": ("schedule", [runs[s].id for s in SCHEDULES])},
+         "paper": (("paper_model", "schedule"), [[paper[m][s] for s in SCHEDULES] for m in paper])},
+        coords={"schedule": list(SCHEDULES), "paper_model": list(paper), "run": ("schedule", [runs[s].id for s in SCHEDULES])},
         attrs={"teacher_run": teacher.id, "teacher_val_acc": teacher.manifest["results"]["val_acc"],
                "budget": json.dumps({"distill_epochs": d.epochs, "distill_lr": d.lr, "finetune_epochs": f.epochs,
                                      "finetune_lr": f.lr, "batch_size": d.batch_size, "scratch_lr": b.scratch_lr})},

@@ -1,9 +1,10 @@
 """FAR Table 2 (params, FLOPs, CPU latency) for ``far.table2``: real-size DeiT/FAR/FAR† and the demo models.
 
-Counts: :func:`methods.far.count_flops` (the shared counter :func:`methods.flops.count_macs`, which
-counts every attention kernel and the fused LSTM kernels; MACs = the paper's fvcore "FLOPs"). Latency:
-:func:`methods.far.latency.torch_latencies_ms`, one thread, batch 1, DeiT, FAR and FAR† of one size timed round-robin
-(median of 3 rounds) after their MAC counts' forward passes (``benchmarks/far_latency.py`` does the full measurement,
+Counts and latency are measured by :func:`workbench.pipelines.far_measures.table2_rows`
+(:func:`methods.far.count_flops`, the shared counter :func:`methods.flops.count_macs`, which counts every attention
+kernel and the fused LSTM kernels; MACs = the paper's fvcore "FLOPs"; :func:`methods.far.torch_latencies_ms`, one
+thread, batch 1, DeiT, FAR and FAR† of one size timed round-robin (median of 3 rounds) after their MAC counts' forward
+passes) (``benchmarks/far_latency.py`` does the full measurement,
 also with ONNX Runtime as in App. A.4). The measurements are the stored figure data ``far.table2``, an exclusive data
 function: it runs after every other preparation step, so no training shares the CPU with the timing (``workbench
 figures`` draws figures in one process meanwhile; round-robin timing makes any such load hit the three models alike);
@@ -18,52 +19,6 @@ import xarray as xr
 from workbench.figures import dataset, figure
 from workbench.figures.context import Context
 from workbench.plots.table import Table
-
-
-def _measure(variants, sizes, repeats, warmup, demo_models, log) -> list[dict]:
-    from methods.train import cpu_threads
-
-    with cpu_threads(1):  # building and counting too: a second thread only oversubscribes a shared 2-core CPU
-        return _measure_all(variants, sizes, repeats, warmup, demo_models, log)
-
-
-def _measure_all(variants, sizes, repeats, warmup, demo_models, log) -> list[dict]:
-    import torch
-
-    from methods.far import (FAR_VARIANTS, PAPER_TABLE2, PAPER_UNIFORM_KEEP, count_flops, replace_attention, shrink,
-                             torch_latencies_ms, torch_latency_ms, uniform_keep_masks)
-
-    rows = []
-    for v in variants:
-        for size in sizes:
-            torch.manual_seed(0)
-            teacher = FAR_VARIANTS[v].build_teacher(img_size=size).eval()
-            far = replace_attention(teacher).eval()
-            keep = PAPER_UNIFORM_KEEP[v]
-            pruned = shrink(far, uniform_keep_masks(far, keep)).eval()
-            family = {"DeiT": teacher, "FAR": far, "FAR†": pruned}
-            counts = {}
-            for kind, model in family.items():
-                log(f"  table2: counting {kind} {v} at {size}px")
-                counts[kind] = count_flops(model, size)["total"]
-            log(f"  table2: timing DeiT, FAR, FAR† {v} at {size}px ({repeats} round-robin runs)")
-            ms = torch_latencies_ms(family, size, repeats=repeats, warmup=warmup)
-            for kind, model in family.items():
-                name = f"{kind.rstrip('†')}-{v.capitalize()}{'†' if kind.endswith('†') else ''}"
-                c = counts[kind]
-                paper = PAPER_TABLE2[name]
-                rows.append({"model": name, "size": size, "params_m": c["params"] / 1e6, "gmacs": c["macs"] / 1e9,
-                             "ms": ms[kind],
-                             "paper_params_m": paper.params_m, "paper_gflops": paper.gflops_224 if size == 224 else paper.gflops_384,
-                             "paper_ms": paper.cpu_ms_224 if size == 224 else paper.cpu_ms_384,
-                             "keep": keep if kind == "FAR†" else None, "family": f"{v}-{size}"})
-    for name, model in demo_models:
-        size = model.patch_embed.img_size[0]
-        c = count_flops(model, size)["total"]
-        rows.append({"model": name, "size": size, "params_m": c["params"] / 1e6, "gmacs": c["macs"] / 1e9,
-                     "ms": torch_latency_ms(model, size, repeats=max(repeats, 5) * 2, warmup=max(1, warmup)),
-                     "paper_params_m": None, "paper_gflops": None, "paper_ms": None, "keep": None, "family": "demo"})
-    return rows
 
 
 def _note(r: dict, rows: list[dict]) -> str:
@@ -90,22 +45,19 @@ def _note(r: dict, rows: list[dict]) -> str:
 @dataset("far.table2", after=("far.runs",), exclusive=True)
 def table2_data(ctx: Context) -> xr.Dataset:
     """Params, MACs and single-thread latency of real-size DeiT / FAR / FAR† and of the demo models, one row each."""
+    from torch import __version__ as torch_version
+
     from workbench.figures.far import far_runs
-    from workbench.models import load_model
-    from workbench.pipelines import budget
+    from workbench.pipelines.far_measures import table2_rows
     from workbench.xrutils import rows_to_dataset
 
     teacher, far, pruned = far_runs(ctx)
-    b = budget("far", ctx.profile)
-    demo = [(f"demo teacher ({teacher.id})", load_model(teacher.id).model), (f"demo FAR ({far.id})", load_model(far.id).model),
-            (f"demo FAR† ({pruned.id})", load_model(pruned.id).model)]
-    rows = _measure(b.table2_variants, b.table2_sizes, b.table2_repeats, 0, demo, ctx.log)
-    from torch import __version__ as torch_version
-
-    from methods.far import CONVENTIONS
-
+    b = ctx.budget("far")
+    demo = [(f"demo teacher ({teacher.id})", ctx.model(teacher)), (f"demo FAR ({far.id})", ctx.model(far)),
+            (f"demo FAR† ({pruned.id})", ctx.model(pruned))]
+    rows = table2_rows(b.table2_variants, b.table2_sizes, b.table2_repeats, 0, demo, ctx.log)
     return rows_to_dataset(rows).assign_attrs(repeats=b.table2_repeats, torch=str(torch_version),
-                                              not_counted=CONVENTIONS["not_counted"],
+                                              not_counted=ctx.paper("far")["conventions"]["not_counted"],
                                               demo_runs=", ".join(r.id for r in (teacher, far, pruned)))
 
 

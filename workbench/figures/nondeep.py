@@ -31,9 +31,7 @@ PAPER = "nondeep"
 # ---------------------------------------------------------------------------------------- runs
 def nondeep_budget(ctx: Context):
     """The profile's :class:`workbench.pipelines.nondeep_budgets.NonDeepBudget`."""
-    from workbench.pipelines import budget
-
-    return budget("nondeep", ctx.profile)
+    return ctx.budget("nondeep")
 
 
 def dashed(frame):
@@ -98,13 +96,12 @@ student("Non-deep 2×3 collapsed", method="nondeep", teacher="vit", after=("nond
 @dataset("nondeep.students", after=("teacher.vit",))
 def students_data(ctx: Context) -> xr.Dataset:
     """The teacher and the collapsed students: accuracy of both forms and of the paper's formulas, size, cost."""
-    from workbench.models import load_model
     from workbench.pipelines.common import model_counts
     from workbench.xrutils import rows_to_dataset
 
     teacher = ctx.teacher("vit")
-    t_counts = model_counts(load_model(teacher.id).model)
-    rows = [{"kind": "teacher", "n": 1, "blocks": len(load_model(teacher.id).model.blocks), "run": teacher.id,
+    t_counts = model_counts(ctx.model(teacher))
+    rows = [{"kind": "teacher", "n": 1, "blocks": len(ctx.model(teacher).blocks), "run": teacher.id,
              "val_acc": teacher.manifest["results"]["val_acc"], **t_counts}]
     for n, run in students(ctx).items():
         r = run.manifest["results"]
@@ -144,32 +141,24 @@ def baselines_data(ctx: Context) -> xr.Dataset:
 @dataset("nondeep.schedules")
 def schedules_data(ctx: Context) -> xr.Dataset:
     """λ(t) of every schedule (App. B.2) on t ∈ [0, 1.25], with the demo and paper warm-up / adjustment lengths."""
-    from methods.nondeep import SCHEDULES, JoinConfig, lambda_schedule
+    from workbench.pipelines.nondeep_measures import lambda_schedules
 
     t = np.round(np.linspace(0.0, 1.25, 501), 6)
-    lam = [[lambda_schedule(s, float(x)) for x in t] for s in SCHEDULES]
-    j, paper = nondeep_budget(ctx).join, JoinConfig()
-    ds = xr.Dataset({"lam": (("schedule", "t"), np.array(lam))}, coords={"schedule": list(SCHEDULES), "t": t})
+    schedules, lam, paper_warmup, paper_adjust = lambda_schedules(t)
+    j = nondeep_budget(ctx).join
+    ds = xr.Dataset({"lam": (("schedule", "t"), lam)}, coords={"schedule": schedules, "t": t})
     return ds.assign_attrs(warmup_steps=j.warmup_steps, adjust_steps=j.adjust_steps,
-                           paper_warmup_steps=paper.warmup_steps, paper_adjust_steps=paper.adjust_steps)
-
-
-def _images(ctx: Context, model):
-    from workbench.data import load_images
-
-    cfg = getattr(model, "pretrained_cfg", {}) or {}
-    return load_images(nondeep_budget(ctx).analysis_images, input_size=tuple(cfg.get("input_size", (1, 28, 28))),
-                       mean=cfg.get("mean"), std=cfg.get("std"))
+                           paper_warmup_steps=paper_warmup, paper_adjust_steps=paper_adjust)
 
 
 def _initial(ctx: Context, n: int):
-    """The branched model at its initialisation from the teacher (λ = 0, branch b of block i = teacher block n·i+b)."""
-    from methods.nondeep import branch
-    from workbench.models import load_model
+    """A function building the branched model at its initialisation from the teacher (λ = 0, branch b of block i =
+    teacher block n·i+b), and the key naming it (for the analysis store)."""
+    from workbench.pipelines.nondeep_measures import initial_branched
 
     teacher = ctx.teacher("vit")
-    loaded = load_model(teacher.id)
-    return branch(loaded.model, n, base=teacher.config["model_name"], base_kwargs=teacher.config["model_kwargs"]).eval()
+    key = f"nondeep_branched-n{n}-init-from-{teacher.id}-{teacher.manifest.get('checkpoint_sha256')}"
+    return key, lambda: initial_branched(ctx.model(teacher), n, teacher)
 
 
 def _stacked(parts: dict[str, xr.Dataset], notes: dict[str, str]) -> xr.Dataset:
@@ -182,15 +171,10 @@ def _stacked(parts: dict[str, xr.Dataset], notes: dict[str, str]) -> xr.Dataset:
 @dataset("nondeep.fig4", after=("nondeep.students", "nondeep.table5"))
 def fig4_data(ctx: Context) -> xr.Dataset:
     """Branch output similarity before joining: students at initialisation, the 2×3 model after an epoch at λ = 0."""
-    from workbench.analysis import get_extractor
-
-    extract = get_extractor("branch_feature_similarity")
     b = nondeep_budget(ctx)
     parts, notes = {}, {}
     for n in b.students:
-        model = _initial(ctx, n)
-        batch = _images(ctx, model)
-        ds = extract(model, batch.tensor)
+        ds = ctx.extract("branch_feature_similarity", *_initial(ctx, n), b.analysis_images).load()
         parts[f"{_label(n)} at initialisation"] = ds.mean("sample").assign(cosine_sd=ds["cosine"].std("sample"))
         notes[f"{_label(n)} at initialisation"] = "λ = 0, untrained"
     none = _table5_run(ctx, "none")
@@ -205,13 +189,11 @@ def fig4_data(ctx: Context) -> xr.Dataset:
 @dataset("nondeep.fig5", after=("nondeep.students", "nondeep.table5"))
 def fig5_data(ctx: Context) -> xr.Dataset:
     """Branch weight similarity before joining (the same models as Fig. 4)."""
-    from workbench.analysis import get_extractor
-
-    extract = get_extractor("branch_weight_similarity")
     b = nondeep_budget(ctx)
     parts, notes = {}, {}
     for n in b.students:
-        parts[f"{_label(n)} at initialisation"] = extract(_initial(ctx, n), None)
+        parts[f"{_label(n)} at initialisation"] = ctx.extract("branch_weight_similarity", *_initial(ctx, n),
+                                                              b.analysis_images).load()
         notes[f"{_label(n)} at initialisation"] = "λ = 0, untrained"
     none = _table5_run(ctx, "none")
     key = f"{_label(b.ablation_branches)} after training at λ = 0"
@@ -223,8 +205,7 @@ def fig5_data(ctx: Context) -> xr.Dataset:
 @dataset("nondeep.fig6", after=("nondeep.students", "nondeep.table5"))
 def fig6_data(ctx: Context) -> xr.Dataset:
     """Branch weight similarity after joining, and similarity of the weight updates made at λ = 1."""
-    from methods.nondeep import WEIGHT_MODULES, update_similarity
-    from workbench.pipelines.nondeep import load_branched, load_joined
+    from workbench.pipelines.nondeep_measures import weight_update_similarity
     from workbench.runs import open_run
 
     b = nondeep_budget(ctx)
@@ -235,8 +216,8 @@ def fig6_data(ctx: Context) -> xr.Dataset:
     parts, notes = {}, {}
     for key, run in runs.items():
         weights = ctx.analysis("branch_weight_similarity", run.config["source_run"], b.analysis_images).load()
-        joined, final = load_joined(run), load_branched(run)
-        upd = update_similarity(joined, final).numpy()[weights["layer"].values]  # (layer, module, n, n)
+        upd, modules = weight_update_similarity(run)
+        upd = upd[weights["layer"].values]  # (layer, module, n, n)
         res = run.manifest["results"]
         src = open_run(run.config["source_run"])
         adjust = src.manifest["results"]["steps"] - src.manifest["results"]["warmup_steps"]
@@ -244,7 +225,7 @@ def fig6_data(ctx: Context) -> xr.Dataset:
             update=(("layer", "module", "branch_i", "branch_j"), upd))
         notes[key] = f"{adjust} steps at λ = 1, top-1 {100 * res['val_acc']:.1f}%"
     ds = _stacked(parts, notes)
-    return ds.assign_coords(module=list(WEIGHT_MODULES))
+    return ds.assign_coords(module=modules)
 
 
 @dataset("nondeep.attention", after=("nondeep.students",))

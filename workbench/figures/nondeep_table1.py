@@ -24,75 +24,8 @@ from workbench.figures.context import Context
 from workbench.figures.nondeep import PAPER, baselines, dashed, nondeep_budget, students
 from workbench.plots.table import Table
 
-BASE = "deit_tiny_patch16_224"
-
-
-def _deit(size: int, name: str | None = None, **kwargs):
-    """DeiT-Tiny at ``size``² (random weights), or one of its Non-deep forms (``name``, ``branches=n``)."""
-    import timm
-
-    if name is None:
-        return timm.create_model(BASE, img_size=size, **kwargs)
-    return timm.create_model(name, base=BASE, base_kwargs={"img_size": size}, **kwargs)
-
-
-# ---------------------------------------------------------------------------------------- Table 1
-def _real_size(b, log) -> list[dict]:
-    import torch
-
-    from methods.nondeep import PAPER_TABLE1, PAPER_TABLE6, cost, latencies, paper_r_form_cost
-    from methods.train import cpu_threads
-
-    rows, models, size = [], {}, b.real_img_size
-    with cpu_threads(1):
-        torch.manual_seed(0)
-        entries = [("DeiT-Tiny (12 blocks)", "DeiT-Tiny", _deit(size), "teacher")]
-        for n in b.table1_branches:
-            d = 12 // n
-            entries.append((f"DeiT-{d} (first {d} blocks)", f"DeiT-{d}", _deit(size, depth=d), "depth baseline"))
-            collapsed = _deit(size, "nondeep_collapsed", branches=n)
-            entries.append((f"collapsed {d} (exact, from {d}×{n})", f"D-MAE-{d}-R", collapsed, "collapsed"))
-            smallest = _deit(size, "nondeep_collapsed", branches=n, form="xwx_min")  # no identity matrices (not timed)
-            entries.append((f"collapsed {d} (smallest exact: X·M·Xᵀ, X·G)", f"D-MAE-{d}-R", smallest, "smallest exact"))
-            branched = _deit(size, "nondeep_branched", branches=n)
-            entries.append((f"branched {d}×{n} (train form)", None, branched, "branched"))
-        for name, paper, model, kind in entries:
-            log(f"  nondeep.table1: counting {name}")
-            c = cost(model.eval())
-            row = PAPER_TABLE1.get(paper) if paper else None
-            if kind == "branched":  # Table 6 Block-1: the branched D-MAE-l-n without re-parameterisation
-                d = int(name.split(" ")[1].split("×")[0])
-                paper = f"D-MAE-{d}-{12 // d}"
-                p6 = PAPER_TABLE6[paper]
-            rows.append({"setting": f"{size}², random weights", "model": name, "kind": kind, "params": c.params,
-                         "macs": c.macs,
-                         "macs_paper": c.macs_paper, "paper_row": paper,
-                         "paper_params_m": row.params_m if row else (p6[0] if kind == "branched" else None),
-                         "paper_flops_m": row.flops_m if row else (p6[1] if kind == "branched" else None),
-                         "paper_cpu_ms": row.cpu_ms if row else None,
-                         "head_dim": model.blocks[0].attn.head_dim if kind != "branched" else None})
-            if kind not in ("branched", "smallest exact"):
-                models[name] = model
-        for n in b.table1_branches:
-            d = 12 // n
-            c = paper_r_form_cost(d, tokens=(size // 16) ** 2 + 1)
-            row = PAPER_TABLE1[f"D-MAE-{d}-R"]
-            rows.append({"setting": f"{size}², counted by hand",
-                         "model": f"paper's R form {d} (X·W·Xᵀ scores, Eq. 7 V/O)",
-                         "kind": "paper R form", "params": c.params, "macs": c.macs, "macs_paper": c.macs_paper,
-                         "paper_row": f"D-MAE-{d}-R", "paper_params_m": row.params_m, "paper_flops_m": row.flops_m,
-                         "paper_cpu_ms": row.cpu_ms})
-        log(f"  nondeep.table1: timing {len(models)} real-size models, {b.table1_repeats} round-robin runs")
-        ms = latencies(models, (3, size, size), repeats=b.table1_repeats, warmup=b.table1_warmup)
-    for r in rows:
-        r["ms"] = ms.get(r["model"])
-    return rows
-
-
 def _demo_rows(ctx: Context, b) -> list[dict]:
-    from methods.nondeep import cost, latencies
-    from methods.train import cpu_threads
-    from workbench.models import load_model
+    from workbench.pipelines.nondeep_measures import demo_costs_and_latencies
 
     teacher = ctx.teacher("vit")
     runs = [("demo teacher", teacher, "teacher")]
@@ -101,13 +34,12 @@ def _demo_rows(ctx: Context, b) -> list[dict]:
         blocks = studs[n].manifest["results"]["blocks"]
         runs.append((f"demo depth baseline ({blocks} blocks)", bases[n], "depth baseline"))
         runs.append((f"demo collapsed {blocks} (from {blocks}×{n})", studs[n], "collapsed"))
-    models = {name: load_model(run.id).model for name, run, _ in runs}
-    with cpu_threads(1):
-        ms = latencies(models, tuple(models["demo teacher"].pretrained_cfg.get("input_size", (1, 28, 28))),
-                       repeats=max(30, 2 * b.table1_repeats), warmup=max(3, b.table1_warmup))
+    models = {name: ctx.model(run) for name, run, _ in runs}
+    costs, ms = demo_costs_and_latencies(models, tuple(models["demo teacher"].pretrained_cfg.get("input_size", (1, 28, 28))),
+                                         repeats=max(30, 2 * b.table1_repeats), warmup=max(3, b.table1_warmup))
     rows = []
     for name, run, kind in runs:
-        c = cost(models[name])
+        c = costs[name]
         res = run.manifest["results"]
         rows.append({"setting": "demo (28², MNIST-5k)", "model": name, "kind": kind, "run": run.id, "params": c.params,
                      "macs": c.macs, "macs_paper": c.macs_paper, "ms": ms[name], "val_acc": res["val_acc"],
@@ -122,15 +54,15 @@ def table1_data(ctx: Context) -> xr.Dataset:
 
     import torch
 
-    from methods.nondeep import CONVENTIONS
+    from workbench.pipelines.nondeep_measures import real_size_rows
     from workbench.xrutils import rows_to_dataset
 
     b = nondeep_budget(ctx)
     load = os.getloadavg()[0]
-    rows = _real_size(b, ctx.log) + _demo_rows(ctx, b)
+    rows = real_size_rows(b, ctx.log) + _demo_rows(ctx, b)
     load = max(load, os.getloadavg()[0])
     return rows_to_dataset(rows).assign_attrs(repeats=b.table1_repeats, warmup=b.table1_warmup, torch=torch.__version__,
-                                              conventions=json.dumps(CONVENTIONS), img_size=b.real_img_size,
+                                              conventions=json.dumps(ctx.paper("nondeep")["conventions"]), img_size=b.real_img_size,
                                               load_average=round(load, 2), cpus=os.cpu_count() or 0)
 
 
@@ -200,40 +132,12 @@ def table1(ds: xr.Dataset) -> Table:
 @dataset("nondeep.memory")
 def memory_data(ctx: Context) -> xr.Dataset:
     """Peak memory of one training step (branched forms, DeiT-Tiny) and one inference forward (collapsed forms)."""
-    import torch
-
-    from methods.nondeep import PAPER_MEMORY_GB, peak_memory
-    from methods.train import cpu_threads, resolve_device
+    from workbench.pipelines.nondeep_measures import memory_rows
     from workbench.xrutils import rows_to_dataset
 
     b = nondeep_budget(ctx)
-    dev = resolve_device(ctx.device)
-    rows = []
-
-    def add(mode: str, name: str, model, paper: str | None):
-        torch.manual_seed(0)
-        ctx.log(f"  nondeep.memory: {mode} {name}")
-        peak = peak_memory(model.to(dev), b.memory_batch, mode, input_size=(3, b.real_img_size, b.real_img_size))
-        gb = PAPER_MEMORY_GB.get(paper) if paper else None
-        rows.append({"mode": mode, "model": name, "bytes": peak,
-                     "paper_gb": None if gb is None else gb[0 if mode == "train" else 1],
-                     "paper_row": paper})
-
-    with cpu_threads(1):
-        size = b.real_img_size
-        add("train", "DeiT-Tiny (12 blocks)", _deit(size), "D-MAE-Tiny")
-        explicit = _deit(size)
-        for m in explicit.modules():
-            if hasattr(m, "fused_attn"):
-                m.fused_attn = False  # keeps the attention matrices for backward, as the branched blocks must
-        add("train", "DeiT-Tiny, explicit attention", explicit, None)
-        for n in b.table1_branches:
-            add("train", f"branched {12 // n}×{n}", _deit(size, "nondeep_branched", branches=n),
-                f"D-MAE-{12 // n}-R")
-        add("infer", "DeiT-Tiny (12 blocks)", _deit(size), "D-MAE-Tiny")
-        for n in b.table1_branches:
-            add("infer", f"collapsed {12 // n} (exact)", _deit(size, "nondeep_collapsed", branches=n),
-                f"D-MAE-{12 // n}-R")
+    dev = ctx.device
+    rows = memory_rows(b, dev, ctx.log)
     return rows_to_dataset(rows).assign_attrs(batch=b.memory_batch, device=str(dev), img_size=b.real_img_size,
                                               measure="torch.cuda.max_memory_allocated" if dev.type == "cuda" else
                                               "live tensor storages (TorchDispatchMode)")

@@ -30,17 +30,14 @@ def table5_data(ctx: Context) -> xr.Dataset:
     import torch
     from torch.utils.data import DataLoader
 
-    from methods.nondeep import PAPER_TABLE5
-    from workbench.models import load_model
-    from workbench.pipelines.teacher import datasets
-
+    PAPER_TABLE5 = ctx.paper("nondeep")["table5"]  # noqa: N806 (methods.nondeep.PAPER_TABLE5)
     b = nondeep_budget(ctx)
     rows = table5_runs(ctx)
-    _, val = datasets(ctx.profile.name)
+    val = ctx.heldout()
     labels = torch.cat([y for _, y in DataLoader(val, batch_size=512)])
     correct, recs = [], []
     for schedule, div, run in rows:
-        model = load_model(run.id).model
+        model = ctx.model(run)
         with torch.no_grad():
             pred = torch.cat([model(x).argmax(-1) for x, _ in DataLoader(val, batch_size=256)])
         correct.append((pred == labels).numpy())
@@ -158,14 +155,7 @@ def table5(ds: xr.Dataset) -> Table:
 @dataset("nondeep.exactness", after=("nondeep.students",))
 def exactness_data(ctx: Context) -> xr.Dataset:
     """Collapse errors of every merge formula per model (float64 / float32) and the LayerNorm factorisations."""
-    import timm
-    import torch
-
-    from methods.nondeep import COLLAPSE_VARIANTS, branch, collapse_exactness, set_lambda
-    from workbench.analysis import get_extractor
-    from workbench.data import load_images
-    from workbench.models import load_model
-    from workbench.pipelines.nondeep import load_branched
+    from workbench.pipelines.nondeep_measures import collapse_descriptions, ln_factorisation, random_four_branch
     from workbench.xrutils import rows_to_dataset
 
     b = nondeep_budget(ctx)
@@ -188,29 +178,18 @@ def exactness_data(ctx: Context) -> xr.Dataset:
         f64 = ctx.analysis("collapse_error", src, b.exact_images, precisions=["float64"]).load()
         add(f"{6 // n}×{n} demo student", f64,
             ctx.analysis("collapse_error", src, b.eval_images, precisions=["float32"]).load())
-    # n = 4 does not divide the demo teacher's 6 blocks: a random 12-block demo-width ViT with every bias and LN
-    # affine perturbed, branched into 3 blocks × 4 branches, branches perturbed apart, at λ = 1.
-    torch.manual_seed(0)
-    big = timm.create_model("vit_demo", depth=12).eval()
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in big.parameters():
-            p.add_(0.1 * torch.randn(p.shape, generator=gen))
-        four = branch(big, 4).eval()
-        for p in four.blocks.parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=gen))
-    set_lambda(four, 1.0)
-    x = load_images(b.exact_images, input_size=(1, 28, 28)).tensor
-    ds = get_extractor("collapse_error")(four, x)
+    # n = 4 does not divide the demo teacher's 6 blocks: a random 12-block demo-width ViT, branched into 3 × 4
+    # (workbench.pipelines.nondeep_measures.random_four_branch)
+    ds = ctx.extract("collapse_error", "nondeep-random-3x4-vit_demo-depth12-seeds0,1", random_four_branch,
+                     b.exact_images).load()
     add("3×4 random (12-block ViT)", ds, ds)
     # LayerNorm factorisation (Eq. 1 forward, Eq. 2 backward): a property of the teacher
-    teacher = load_model(ctx.teacher("vit").id).model
-    ln = [r for r in collapse_exactness(load_branched(next(iter(students(ctx).values()))), x, teacher)
-          if r["variant"].startswith("ln_")]
+    x = ctx.images(b.exact_images).tensor
+    ln = ln_factorisation(next(iter(students(ctx).values())), x, ctx.model(ctx.teacher("vit")))
     for r in ln:
         rows.append({"pitfall": r["variant"], "equations": r["equations"], "model": "demo teacher",
                      "error_float64": r["max_rel_error"], "images": int(x.shape[0])})
-    descriptions = {k: v.description for k, v in COLLAPSE_VARIANTS.items()}
+    descriptions = collapse_descriptions()
     descriptions.update({r["variant"]: r["description"] for r in ln})
     return rows_to_dataset(rows).assign_attrs(descriptions=json.dumps(descriptions), eval_images=b.eval_images,
                                               analysis_images=b.analysis_images)

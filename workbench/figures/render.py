@@ -11,21 +11,15 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from methods.io import atomic_path, atomic_write_text
 from workbench.figures import FigureSpec
 from workbench.figures.context import Context
+from workbench.runtime import atomic_path, atomic_write_text
 
 __all__ = ["FORMATS", "BackgroundDraw", "render", "draw", "draw_all", "write_index", "finding_text", "findings_table"]
 
 #: Image formats of a figure by default: PNG (150 dpi). ``workbench figures --pdf`` adds vector PDFs (about 40% more
 #: drawing time, measured over six of the largest figures).
 FORMATS: tuple[str, ...] = ("png",)
-
-PAPERS = {"workbench": "Teachers (the workbench's own)", "far": "FAR — attention replaced by BiLSTMs",
-          "sparsifiner": "Sparsifiner — instance-dependent sparse attention",
-          "nondeep": "Non-deep ViT — parallel branches collapsed", "attentionlite": "AttentionLite — distillation into SA-ResNets",
-          "slimswin": "SlimSwin — window-head pruning", "compare": "Teacher vs compressed"}
-
 
 def render(specs: list[FigureSpec], ctx: Context, out_dir: str | Path = "figures", *, reuse: bool = True,
            index: bool = True, formats: tuple[str, ...] = FORMATS) -> list[Path]:
@@ -178,41 +172,45 @@ class BackgroundDraw:
 
     ``workbench figures`` starts one (one process) when only the timing steps are left: they run in the main process
     with no training beside them, and drawing, single-threaded, takes the otherwise idle core. :meth:`result` waits
-    for the figures; the caller's last :func:`draw_all` writes ``index.md``.
+    for the figures; the caller's last :func:`draw_all` writes ``index.md``. The pool is the preparation's kind
+    (:func:`workbench.figures.schedule.spawn_pool`).
     """
 
     def __init__(self, specs: list[FigureSpec], profile: str, out_dir: str | Path, *, jobs: int = 1,
                  device: str = "auto", reuse: bool = True, formats: tuple[str, ...] = FORMATS,
                  on_done: Callable[[str], None] | None = None):
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
+        from workbench.figures.schedule import spawn_pool
 
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         todo = _todo(specs, Context(profile, device, False, log=lambda _: None), self.out_dir, reuse, formats, on_done)
         self.reused, self.on_done = len(specs) - len(todo), on_done
-        self.pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) if todo else None
-        self.futures = {self.pool.submit(_draw_in_worker, s.id, profile, device, str(self.out_dir), formats): s.id
+        self.pool = spawn_pool(jobs) if todo else None
+        self.pending = {s.id: self.pool.apply_async(_draw_in_worker, (s.id, profile, device, str(self.out_dir), formats))
                         for s in todo}
+        if self.pool is not None:
+            self.pool.close()  # no more work: the workers exit once the figures are drawn
 
     def cancel(self) -> None:
-        """Drop the figures not yet started (the preparation failed); the one being drawn finishes on its own."""
+        """Stop drawing (the preparation failed): the workers are terminated (figure files are written atomically, so
+        a figure being drawn leaves nothing half-written)."""
         if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool.terminate()
+            self.pool.join()
 
     def result(self) -> tuple[list[Path], int]:
         """(files written, number of figures reused as they were), once every figure is drawn; re-raises a failure."""
-        from concurrent.futures import as_completed
-
         written: list[Path] = []
         try:
-            for fut in as_completed(self.futures):
-                written += [Path(f) for f in fut.result()]
+            for spec_id, res in self.pending.items():
+                written += [Path(f) for f in res.get()]
                 if self.on_done:
-                    self.on_done(self.futures[fut])
-        finally:
-            if self.pool is not None:
-                self.pool.shutdown(cancel_futures=True)
+                    self.on_done(spec_id)
+        except BaseException:
+            self.cancel()
+            raise
+        if self.pool is not None:
+            self.pool.join()
         return written, self.reused
 
 
@@ -229,7 +227,8 @@ def write_index(out_dir: Path) -> Path:
 
     Layout: a contents list (one line per paper, linking its section and each of its items), then per paper a
     section with every item: its id, a thumbnail linking the full-size PNG (a table inline), its caption, its files,
-    and its provenance under a folded ``<details>``. Papers come in :data:`PAPERS` order, unknown ones after.
+    and its provenance under a folded ``<details>``. Papers come in :func:`~workbench.figures.paper_titles` order (the
+    registered figure groups and methods), unknown ones after.
     """
     from workbench.provenance import now_iso, versions
 
@@ -237,17 +236,20 @@ def write_index(out_dir: Path) -> Path:
     v = versions()
     lines = ["# Figures", "", f"Regenerate with `workbench figures --all`. Index written {now_iso()} by workbench "
              f"{v['workbench_version']} (torch {v['torch_version']}, timm {v['timm_version']}).", ""]
-    papers = list(dict.fromkeys([p for p in PAPERS if any(e["paper"] == p for e in entries)]
+    from workbench.figures import paper_titles
+
+    titles = paper_titles()
+    papers = list(dict.fromkeys([p for p in titles if any(e["paper"] == p for e in entries)]
                                 + [e["paper"] for e in entries]))
     lines += findings_table(entries)
     lines += ["## Contents", ""]
     for paper in papers:
         items = " · ".join(f"[{e['id'].partition('.')[2] or e['id']}](#{_anchor(e['id'])})"
                            for e in entries if e["paper"] == paper)
-        lines.append(f"- [{PAPERS.get(paper, paper)}](#{_anchor(paper)}): {items}")
+        lines.append(f"- [{titles.get(paper, paper)}](#{_anchor(paper)}): {items}")
     lines.append("")
     for paper in papers:
-        lines += [f'<a id="{_anchor(paper)}"></a>', "", f"## {PAPERS.get(paper, paper)}", ""]
+        lines += [f'<a id="{_anchor(paper)}"></a>', "", f"## {titles.get(paper, paper)}", ""]
         for e in (e for e in entries if e["paper"] == paper):
             untrained = (f" — **random-init weights: {', '.join(e['random_init'])}** (untrained)"
                          if e.get("random_init") else "")

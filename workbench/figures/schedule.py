@@ -30,18 +30,25 @@ from typing import Callable, Iterable
 
 from workbench.figures import DATA, closure
 
-__all__ = ["prepare", "default_jobs"]
+__all__ = ["prepare", "default_jobs", "spawn_pool"]
 
 LOGGER = "workbench.figures"
 
 
 def default_jobs(device: str) -> int:
     """One worker per CPU core on the CPU (each step uses one thread); one on a GPU (the steps share it)."""
-    from methods.train import resolve_device
+    from workbench.runtime import resolve_device
 
     if resolve_device(device).type != "cpu":
         return 1
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+def spawn_pool(jobs: int, initializer: Callable | None = None, initargs: tuple = ()):
+    """The workbench's one kind of worker pool (the preparation's steps, :class:`~workbench.figures.render.BackgroundDraw`'s
+    figures): a ``multiprocessing`` pool of ``jobs`` spawned processes (torch and fork do not mix), whose
+    ``terminate()`` stops every worker at once (a Ctrl-C or a `kill` must not leave one training)."""
+    return mp.get_context("spawn").Pool(jobs, initializer=initializer, initargs=initargs)
 
 
 def _priorities(graph: dict[str, tuple[str, ...]], seconds: dict[str, float]) -> dict[str, float]:
@@ -77,10 +84,8 @@ def prepare(ids: Iterable[str], *, jobs: int, profile: str = "demo", device: str
         Whatever a step raised (the first failure); the other workers are terminated.
     """
     from workbench.figures.context import Context
-
-    from workbench.runs import home
-
     from workbench.figures.step_estimates import estimate
+    from workbench.runs import home
 
     graph = closure(ids)
     times_file = home() / "stores" / profile / "step_seconds.json"
@@ -122,7 +127,7 @@ def prepare(ids: Iterable[str], *, jobs: int, profile: str = "demo", device: str
             finished(i, time.perf_counter() - t0)
     finally:
         if took:
-            from methods.io import atomic_write_text
+            from workbench.runtime import atomic_write_text
 
             atomic_write_text(times_file, json.dumps({**recorded, **took}, indent=1, sort_keys=True))
     return took
@@ -155,7 +160,7 @@ def _pool_loop(graph: dict[str, tuple[str, ...]], jobs: int, prio: dict[str, flo
     listener.start()
     done: queue.SimpleQueue = queue.SimpleQueue()  # (id, seconds, exception) from the pool's result thread
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    pool = spawn.Pool(jobs, initializer=_init_worker, initargs=(records, threads))
+    pool = spawn_pool(jobs, _init_worker, (records, threads))
     order = graphlib.TopologicalSorter(graph)
     order.prepare()
     ready: list[str] = []

@@ -46,9 +46,9 @@ def _student(index: int):
 
 def _deploy(model):
     """The deploy form of a gated SlimSwin model: attention computes only the kept window-head pairs."""
-    from methods.slimswin import to_pruned
+    from workbench.pipelines.slimswin_measures import deploy_form
 
-    return to_pruned(model)
+    return deploy_form(model)
 
 
 student("SlimSwin r=1/3", method="slimswin", teacher="swin", after=("slimswin.sweep",), deploy=_deploy)(_student(0))
@@ -59,9 +59,9 @@ student("SlimSwin r=2/3", method="slimswin", teacher="swin", after=("slimswin.sw
 @dataset("slimswin.breakdown")
 def breakdown_data(ctx: Context) -> xr.Dataset:
     """Component-wise FLOPs of Swin-T and Swin-B at 224 (from the architecture; no weights)."""
-    from methods.slimswin import SWIN_BASE, SWIN_TINY, swin_flops_breakdown
+    from workbench.pipelines.slimswin_measures import flops_breakdown
 
-    parts = {name: swin_flops_breakdown(cfg, unit="flops") for name, cfg in (("Swin-T", SWIN_TINY), ("Swin-B", SWIN_BASE))}
+    parts = flops_breakdown()
     comps = [c for c in parts["Swin-T"] if c != "total"]
     return xr.Dataset({"flops": (("model", "component"), [[parts[m][c] for c in comps] for m in parts])},
                       coords={"model": list(parts), "component": comps})
@@ -95,35 +95,16 @@ def masks_data(ctx: Context) -> xr.Dataset:
 @dataset("slimswin.saliency", after=("teacher.swin",))
 def saliency_data(ctx: Context) -> xr.Dataset:
     """Window-head saliency of the unpruned teacher on the recipe's saliency images."""
-    from workbench.pipelines import budget
-
-    return ctx.analysis("window_saliency", ctx.teacher("swin").id, budget("slimswin", ctx.profile).saliency_images).load()
+    return ctx.analysis("window_saliency", ctx.teacher("swin").id, ctx.budget("slimswin").saliency_images).load()
 
 
 @dataset("slimswin.table1", after=("slimswin.sweep",))
 def table1_data(ctx: Context) -> xr.Dataset:
     """Attention MACs under the paper's ratios at real size (Algorithm 1's pair counts at i = 32) and on the demo."""
-    from methods.slimswin import (PAPER_RATIOS, PAPER_TABLE_I, SWIN_BASE, SWIN_TINY, SlimSwinConfig, attention_macs,
-                                  pairs_to_prune, prunable_layers, sum_macs, swin_layers, uniform_masks)
+    from workbench.pipelines.slimswin_measures import table1_real_size
     from workbench.xrutils import rows_to_dataset
 
-    step = SlimSwinConfig().step_pairs  # i = 32
-    rows, share = [], {}
-    for key, name, cfg in (("swin_base", "Swin-B", SWIN_BASE), ("swin_tiny", "Swin-T", SWIN_TINY)):
-        dense = sum_macs(attention_macs(cfg))
-        total = sum(swin_layers(cfg)[l].num_pairs for l in prunable_layers(cfg))
-        share[name] = sum_macs(attention_macs(cfg), layers=prunable_layers(cfg)) / dense
-        printed = [row for row in PAPER_TABLE_I if row.model == key]  # unpruned, 0.33, 0.44, 0.55, 0.67
-        for r, p in zip((None, *PAPER_RATIOS), printed):
-            pairs = 0 if r is None else pairs_to_prune(total, r, step)
-            macs = sum_macs(attention_macs(cfg, uniform_masks(cfg, pairs)))
-            rows.append({"model": f"{name} @224", "r": "unpruned" if r is None else _ratio_label(r),
-                         "pruned pairs": f"{pairs}/{total}", "achieved ratio": round(pairs / total, 4),
-                         "attention MACs": float(f"{macs:.4g}"),
-                         "reduction (%)": None if r is None else round(100 * (1 - macs / dense), 2),
-                         "r x prunable share (%)": None if r is None else round(100 * r * share[name], 2),
-                         "paper MACs": p.macs, "paper reduction (%)": p.reduction_pct,
-                         "masks": "none" if r is None else f"Algorithm 1 at i = {step}, spread over layers by pairs"})
+    rows, facts = table1_real_size(_ratio_label)
     demo = ctx.data("slimswin.sweep")
     first = demo.isel(ratio=0)
     rows.append({"model": "demo Swin", "r": "unpruned", "pruned pairs": f"0/{int(first.prunable_pairs)}",
@@ -135,10 +116,7 @@ def table1_data(ctx: Context) -> xr.Dataset:
                      "pruned pairs": f"{int(d.pruned_pairs)}/{int(d.prunable_pairs)}",
                      "achieved ratio": round(float(d.achieved_ratio), 4), "attention MACs": float(f"{float(d.attention_macs):.4g}"),
                      "reduction (%)": round(100 * float(d.mac_reduction), 2), "masks": f"learned ({str(d.run.values)})"})
-    facts = {"step": step, "share_b": share["Swin-B"], "share_t": share["Swin-T"],
-             "swin_b": sum_macs(attention_macs(SWIN_BASE)), "swin_t": sum_macs(attention_macs(SWIN_TINY)),
-             "swin_t_c128": sum_macs(attention_macs(SWIN_TINY.replace(embed_dim=128, num_heads=(4, 8, 16, 32)))),
-             "demo_step": int(demo.attrs["step_pairs"]), "demo_total": int(first.prunable_pairs)}
+    facts = {**facts, "demo_step": int(demo.attrs["step_pairs"]), "demo_total": int(first.prunable_pairs)}
     return rows_to_dataset(rows).assign_attrs(facts=json.dumps(facts))
 
 

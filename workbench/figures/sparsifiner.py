@@ -30,10 +30,9 @@ PAPER_HEAD, PAPER_HEADS = 4, 6
 # ---------------------------------------------------------------------------------------- runs
 def sweep(ctx: Context):
     """(teacher, {keep rate: run}, Linformer run) of the profile, trained or reused; the phase-1 run recorded too."""
-    from workbench.pipelines import budget
     from workbench.runs import open_run
 
-    b = budget("sparsifiner", ctx.profile)
+    b = ctx.budget("sparsifiner")
     teacher = ctx.teacher("vit")
     runs = {float(k): ctx.run("sparsifiner", teacher.id, keep_rate=k) for k in b.keep_rates}
     lin = ctx.run("sparsifiner", teacher.id, keep_rate=b.linformer_keep_rate, linformer=True)
@@ -62,8 +61,9 @@ _RESULTS = ("val_acc", "phase1_val_acc", "init_val_acc", "deploy_val_acc", "depl
 @dataset("sparsifiner.runs", after=("teacher.vit",))
 def runs_data(ctx: Context) -> xr.Dataset:
     """One row per model (dense teacher, Sparsifiner per keep rate, Linformer) with the paper's Table 2 beside."""
-    from methods.sparsifiner import PAPER_TABLE2, PAPER_TABLE4
     from workbench.xrutils import rows_to_dataset
+
+    paper = ctx.paper("sparsifiner")  # methods.sparsifiner.PAPER_TABLE2, PAPER_TABLE4
 
     teacher, runs, lin = sweep(ctx)
     first = next(iter(runs.values())).manifest["results"]
@@ -84,15 +84,13 @@ def runs_data(ctx: Context) -> xr.Dataset:
                  "mhsa_macs_dense": res["mhsa_macs_dense"], "params": res["params"], "macs": res["macs"],
                  "val_images": res["val_images"]})
     ds = rows_to_dataset(rows)
-    ds = ds.assign(paper_keep_rate=("paper_row", [r.keep_rate for r in PAPER_TABLE2]),
-                   paper_budget=("paper_row", [r.budget for r in PAPER_TABLE2]),
-                   paper_mflops=("paper_row", [r.mhsa_mflops for r in PAPER_TABLE2]),
-                   paper_top1=("paper_row", [r.top1 for r in PAPER_TABLE2]))
-    from workbench.pipelines import budget
-
-    b = budget("sparsifiner", ctx.profile)
+    ds = ds.assign(paper_keep_rate=("paper_row", [r.keep_rate for r in paper["table2"]]),
+                   paper_budget=("paper_row", [r.budget for r in paper["table2"]]),
+                   paper_mflops=("paper_row", [r.mhsa_mflops for r in paper["table2"]]),
+                   paper_top1=("paper_row", [r.top1 for r in paper["table2"]]))
+    b = ctx.budget("sparsifiner")
     config = next(iter(runs.values())).config
-    return ds.assign_attrs(paper_table4=json.dumps(PAPER_TABLE4), phase1_run=config["phase1_run"],
+    return ds.assign_attrs(paper_table4=json.dumps(paper["table4"]), phase1_run=config["phase1_run"],
                            teacher_run=teacher.id,
                            budget=json.dumps({"n_down": b.method.n_down, "phase1_epochs": b.phase1.epochs,
                                               "phase1_lr": b.phase1.lr, "phase2_epochs": b.phase2.epochs,
@@ -100,10 +98,8 @@ def runs_data(ctx: Context) -> xr.Dataset:
 
 
 def _analysis_runs(ctx: Context):
-    from workbench.pipelines import budget
-
     teacher, runs, lin = sweep(ctx)
-    return teacher, runs[float(budget("sparsifiner", ctx.profile).analysis_keep_rate)], lin, runs
+    return teacher, runs[float(ctx.budget("sparsifiner").analysis_keep_rate)], lin, runs
 
 
 def _query_patch(image: np.ndarray, grid: tuple[int, int]) -> tuple[int, int]:
@@ -182,56 +178,11 @@ def agreement_data(ctx: Context) -> xr.Dataset:
 @dataset("sparsifiner.flops")
 def flops_data(ctx: Context) -> xr.Dataset:
     """Our MHSA MACs at the real DeiT-S, DeiT-T@384 and LV-ViT-S architectures beside the paper's Tables 1–3."""
-    from methods.sparsifiner import (
-        PAPER_UP_DENSITY,
-        SPARSIFINER_VARIANTS,
-        STATED_UP_DENSITY,
-        sparsifiner_mhsa_macs,
-        table,
-    )
+    from workbench.pipelines.sparsifiner_measures import flops_rows
     from workbench.xrutils import rows_to_dataset
 
-    rows = []
-
-    def executed(name: str, k: float) -> float:
-        v = SPARSIFINER_VARIANTS[name]
-        per_layer = sparsifiner_mhsa_macs(v.tokens, v.dim, v.num_heads, k, v.n_down, renormalize=False)["total"]
-        return per_layer * v.depth / 1e6
-
-    for fitted, stated in zip(table("deit_s", PAPER_UP_DENSITY), table("deit_s", STATED_UP_DENSITY)):
-        k = fitted["keep_rate"]
-        rows.append({"table": "table2", "model": "DeiT-S @224", "keep_rate": k, "budget": fitted["budget"],
-                     "ours_fitted": fitted["mhsa_mmacs"], "ours_stated": stated["mhsa_mmacs"],
-                     "ours_executed": None if k == 1.0 else executed("deit_s", k), "paper": fitted["paper_mmacs"],
-                     "paper_top1": next(r.top1 for r in _paper("PAPER_TABLE2") if r.keep_rate == k)})
-    for zero, fitted in zip(table("deit_t_384", 0.0), table("deit_t_384", PAPER_UP_DENSITY)):
-        k = zero["keep_rate"]
-        rows.append({"table": "table3", "model": "DeiT-T @384", "keep_rate": k, "budget": zero["budget"],
-                     "ours_zero": zero["mhsa_mmacs"], "ours_fitted": fitted["mhsa_mmacs"], "paper": zero["paper_mmacs"],
-                     "ours_overall_zero": zero["overall_gmacs"], "ours_overall_fitted": fitted["overall_gmacs"],
-                     "paper_overall": zero["paper_overall"],
-                     "paper_top1": next(r.top1 for r in _paper("PAPER_TABLE3") if r.keep_rate == k)})
-    for fitted, stated in zip(table("lvvit_s", PAPER_UP_DENSITY), table("lvvit_s", STATED_UP_DENSITY)):
-        k = fitted["keep_rate"]
-        rows.append({"table": "table1", "model": "LV-ViT-S @224", "keep_rate": k, "budget": fitted["budget"],
-                     "ours_fitted": fitted["mhsa_mmacs"], "ours_stated": stated["mhsa_mmacs"],
-                     "paper": fitted["paper_mmacs"],
-                     "paper_top1": next(r.top1 for r in _paper("PAPER_TABLE1_LVVIT") if r.keep_rate == k)})
-    deit = table("deit_s", PAPER_UP_DENSITY, keep_rates=[1.0, 0.25])
-    for r in deit:
-        rows.append({"table": "table1", "model": "DeiT-S @224", "keep_rate": r["keep_rate"], "budget": r["budget"],
-                     "ours_fitted": r["mhsa_mmacs"], "paper": r["paper_mmacs"] if r["keep_rate"] == 1.0 else None,
-                     "paper_top1": 79.8 if r["keep_rate"] == 1.0 else None})
-    full = {name: table(name, PAPER_UP_DENSITY, keep_rates=[1.0])[0]["terms"] for name in ("deit_s", "deit_t_384")}
-    return rows_to_dataset(rows).assign_attrs(
-        rho_fitted=PAPER_UP_DENSITY, rho_stated=STATED_UP_DENSITY,
-        dense_terms=json.dumps({k: {t: int(v) for t, v in d.items()} for k, d in full.items()}))
-
-
-def _paper(name: str):
-    import methods.sparsifiner as S
-
-    return getattr(S, name)
+    rows, attrs = flops_rows()
+    return rows_to_dataset(rows).assign_attrs(**attrs)
 
 
 # ---------------------------------------------------------------------------------------- plots

@@ -1,65 +1,72 @@
 """How long each preparation step of ``workbench figures`` takes, for scheduling a cold start.
 
 :func:`workbench.figures.schedule.prepare` starts, among the ready steps, the one with the longest remaining
-chain of work. It measures every step and remembers the seconds in the home (``stores/<profile>/step_seconds.json``);
-before the first run there is nothing to remember, so these estimates stand in. Without them every step counts one
-second and a cold ``workbench figures --all`` on two cores leaves one idle for the last minute (simulated over the
-measured times: 895 s for the shared steps instead of 857). Measured in a cold ``workbench figures --all
---profile demo`` on the 2-core development machine (seconds of one core; a step missing here counts one second).
+chain of work. It measures every step and records the seconds in the home (``stores/<profile>/step_seconds.json``);
+before the first run there is nothing recorded, so the seconds a measuring run recorded and shipped with the package
+(``step_seconds.json`` beside this module) stand in. Without them every step counts one second and a cold
+``workbench figures --all`` on two cores leaves one idle for the last minute (simulated over the measured times:
+895 s for the shared steps instead of 857). A step nobody measured yet (a new method's) counts one second: a
+default, nothing to edit.
+
+The shipped seconds are what a cold ``workbench figures --all --profile demo`` recorded on the 2-core development
+machine; after such a run, ``python -m workbench.figures.step_estimates --profile demo`` ships its record (merges the
+home's ``step_seconds.json`` into the package's).
 """
 
 from __future__ import annotations
 
-#: profile -> data id -> seconds.
-ESTIMATES: dict[str, dict[str, float]] = {
-    "demo": {
-        "attentionlite.at_maps": 2,
-        "attentionlite.density": 0,
-        "attentionlite.fig2": 67,
-        "attentionlite.fig3": 63,
-        "attentionlite.local_attention": 0,
-        "attentionlite.paper_size": 9,
-        "attentionlite.table1": 1,
-        "attentionlite.table2": 1,
-        "compare.cnn": 15,
-        "compare.latency": 4,
-        "compare.swin": 12,
-        "compare.vit": 32,
-        "far.agreement": 1,
-        "far.maps": 2,
-        "far.retention": 0,
-        "far.runs": 177,
-        "far.table2": 50,
-        "far.table3": 203,
-        "nondeep.attention": 1,
-        "nondeep.baselines": 28,
-        "nondeep.exactness": 19,
-        "nondeep.fig4": 13,
-        "nondeep.fig5": 0,
-        "nondeep.fig6": 2,
-        "nondeep.memory": 14,
-        "nondeep.schedules": 0,
-        "nondeep.students": 68,
-        "nondeep.table1": 7,
-        "nondeep.table5": 55,
-        "slimswin.breakdown": 0,
-        "slimswin.masks": 2,
-        "slimswin.saliency": 1,
-        "slimswin.sweep": 91,
-        "slimswin.table1": 0,
-        "sparsifiner.agreement": 2,
-        "sparsifiner.basis": 1,
-        "sparsifiner.flops": 0,
-        "sparsifiner.maps": 1,
-        "sparsifiner.runs": 104,
-        "teacher.attention": 0,
-        "teacher.cnn": 70,
-        "teacher.swin": 150,
-        "teacher.vit": 247,
-    },
-}
+import argparse
+import functools
+import json
+from pathlib import Path
+
+__all__ = ["SHIPPED", "DEFAULT_SECONDS", "estimates", "estimate", "record", "main"]
+
+SHIPPED = Path(__file__).with_name("step_seconds.json")  # profile -> data id -> seconds, recorded by measuring runs
+DEFAULT_SECONDS = 1.0  # a step never measured
+
+
+@functools.lru_cache(maxsize=None)
+def _read(path: Path) -> dict[str, dict[str, float]]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def estimates(profile: str, path: Path | None = None) -> dict[str, float]:
+    """The shipped seconds (``path``: :data:`SHIPPED`) of every step measured under ``profile`` (empty if none was)."""
+    return dict(_read(path or SHIPPED).get(profile, {}))
 
 
 def estimate(profile: str, step: str) -> float:
-    """Seconds ``step`` is expected to take under ``profile`` (one when unknown)."""
-    return ESTIMATES.get(profile, {}).get(step, 1.0)
+    """Seconds ``step`` is expected to take under ``profile`` (:data:`DEFAULT_SECONDS` when never measured)."""
+    return estimates(profile).get(step, DEFAULT_SECONDS)
+
+
+def record(profile: str, seconds: dict[str, float], path: Path | None = None) -> Path:
+    """Merge measured ``seconds`` (step id -> seconds, rounded to whole seconds) into the estimates at ``path``
+    (:data:`SHIPPED`)."""
+    from workbench.runtime import atomic_write_text
+
+    path = path or SHIPPED
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[profile] = {**data.get(profile, {}), **{k: round(float(v)) for k, v in seconds.items()}}
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    _read.cache_clear()
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Ship the seconds the last ``workbench figures`` run in this home measured (``--profile``)."""
+    from workbench.runs import home
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("--profile", default="demo")
+    args = p.parse_args(argv)
+    measured = home() / "stores" / args.profile / "step_seconds.json"
+    if not measured.exists():
+        raise SystemExit(f"{measured} does not exist: run `workbench figures --all --profile {args.profile}` first")
+    print(f"recorded {args.profile!r} step seconds in {record(args.profile, json.loads(measured.read_text()))}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -9,8 +9,10 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from workbench.figures import dataset, figure
+from workbench.figures import dataset, figure, group
 from workbench.figures.context import Context
+
+group("workbench", "Teachers (the workbench's own)", place=-1)
 
 ARCH_LABEL = {"vit": "ViT (DeiT-style)", "swin": "Swin", "cnn": "ResNet-style CNN"}
 TARGET = {"vit": 0.90, "swin": 0.90, "cnn": 0.97}
@@ -18,14 +20,12 @@ TARGET = {"vit": 0.90, "swin": 0.90, "cnn": 0.97}
 
 def run_summary(ctx: Context, run, **labels) -> xr.Dataset:
     """One run as a one-row Dataset (dim ``run``): results, parameters, wall time, and its per-epoch held-out curve."""
-    from workbench.models import load_model
-
     ctx.use_run(run)
     res = run.manifest.get("results") or {}
     curve = [m.get("val_acc", np.nan) for m in run.metrics()]
     ds = xr.Dataset(
         {"val_acc": ("run", [res.get("val_acc", np.nan)]),
-         "params": ("run", [sum(p.numel() for p in load_model(run.id).model.parameters())]),
+         "params": ("run", [sum(p.numel() for p in ctx.model(run).parameters())]),
          "epochs": ("run", [len(curve)]), "wall_time_s": ("run", [run.manifest.get("wall_time_s", 0.0)]),
          "val_images": ("run", [res.get("val_images", -1)]),
          "curve": (("run", "epoch"), [curve])},

@@ -9,7 +9,9 @@ A method plugs into the workbench with one :class:`Method` entry, registered wit
   the request carries the resolved teacher, the profile, the budget, device, data and logging;
 - ``options``: the method's own options (:class:`Option`), which become ``workbench run <name>``
   flags and keywords of ``run``; the flags every method shares (``--teacher``, ``--checkpoint``,
-  ``--profile``, ``--data``, ``--device``, ``--force``) belong to the CLI.
+  ``--profile``, ``--data``, ``--device``, ``--force``) belong to the CLI;
+- ``paper_title`` and ``paper``: the paper's short title (the figure index's heading) and its published
+  numbers, which the figures show beside ours.
 
 :func:`run_method` is the single entry point behind the CLI, the figures and notebooks: it resolves
 the teacher (a run, a demo arch trained on demand, or a timm name with weights), looks the budget
@@ -45,6 +47,8 @@ class Option:
     choices: tuple[Any, ...] | None = None  # allowed values
     required: bool = False  # the flag must be given on the command line
     switch: bool = False  # a boolean --flag / --no-flag pair
+    check: Callable[[Any], None] | None = None  # raises ValueError for a bad value; run_method calls it on a given
+    # value before the teacher is resolved (a bad value fails before a demo teacher is trained)
 
     @property
     def flag(self) -> str:
@@ -59,7 +63,7 @@ class RunRequest:
     profile: "Profile"  # budgets and data limits of the profile
     budget: Any  # ``budget(method, profile)``
     teacher: "TeacherRef | None" = None  # resolved teacher (None for methods without one, i.e. the teachers)
-    device: str = "auto"  # "auto", "cpu" or "cuda"
+    device: Any = "cpu"  # the torch.device to train on, resolved once by run_method (from "auto", "cpu" or "cuda")
     data: str | None = None  # ImageFolder root with train/ and val/ (None: the demo set)
     force: bool = False  # redo the method's runs even if complete (the teacher is reused)
     log: Callable[[str], None] = print  # one-line status messages
@@ -78,6 +82,11 @@ class Method:
     options: tuple[Option, ...] = ()  # its own flags
     examples: tuple[str, ...] = ()  # command lines for --help
     report: Callable[["Run"], str] | None = None  # one-paragraph summary of a finished run for the CLI
+    paper_title: str = ""  # short title of the paper it implements, the heading of its figures in the index ("FAR —
+    # attention replaced by BiLSTMs"); "" for none (the teachers)
+    paper_ref: str = ""  # the paper's file in the shared papers/ folder ("papers/000"); orders the figure index
+    paper: Mapping[str, Any] = field(default_factory=dict)  # the paper's published numbers and conventions the
+    # figures show beside ours (e.g. {"table3": methods.far.PAPER_TABLE3}), so figures never import ``methods``
     extra: dict[str, Any] = field(default_factory=dict)  # anything else the method's figures want to look up
 
 
@@ -127,7 +136,7 @@ def budget(method: str, profile: str | "Profile") -> Any:
 def run_method(
     name: str,
     teacher: "str | Run | None" = None,
-    profile: str = "demo",
+    profile: "str | Profile" = "demo",
     *,
     teacher_checkpoint: str | None = None,
     device: str = "auto",
@@ -141,9 +150,10 @@ def run_method(
     Args:
         teacher: a teacher run (id, directory or Run), a demo arch (``vit``, ``swin``, ``cnn``), a timm name with
             ``checkpoint``, or None for the method's default demo teacher (trained if missing).
-        profile: ``demo``, ``smoke`` or ``paper``.
+        profile: a :class:`~workbench.profiles.Profile` or its name (``demo``, ``smoke`` or ``paper``).
         teacher_checkpoint: weights of a timm-name teacher.
-        device, data, force, log: see :class:`RunRequest`.
+        device: ``auto``, ``cpu``, ``cuda`` (or a torch.device): resolved here, once.
+        data, force, log: see :class:`RunRequest`.
         **options: the method's own options (:attr:`Method.options`); missing ones take their defaults.
 
     Raises:
@@ -166,14 +176,19 @@ def run_method(
             options[opt.name] = opt.default
         elif opt.choices is not None and options[opt.name] not in opt.choices:
             raise ValueError(f"{opt.flag} must be one of {', '.join(map(str, opt.choices))}, got {options[opt.name]!r}")
+        elif opt.check is not None:
+            opt.check(options[opt.name])
     spent = budget(name, prof)  # an unknown profile fails before any teacher is trained
+    from workbench.runtime import resolve_device
+
+    dev = resolve_device(device)  # once, here: everything below gets the torch.device
     ref = None
     if entry.teacher is not None:
         from workbench.pipelines.teacher import resolve_teacher
 
-        ref = resolve_teacher(teacher, prof.name, default_arch=entry.teacher, family=entry.family,
-                              checkpoint=teacher_checkpoint, device=device, data=data, log=log)
+        ref = resolve_teacher(teacher, prof, default_arch=entry.teacher, family=entry.family,
+                              checkpoint=teacher_checkpoint, device=dev, data=data, log=log)
     elif teacher is not None or teacher_checkpoint is not None:
         raise ValueError(f"method {name!r} takes no teacher")
-    request = RunRequest(name, prof, spent, ref, device, data, force, log)
+    request = RunRequest(name, prof, spent, ref, dev, data, force, log)
     return entry.run(request, **options)

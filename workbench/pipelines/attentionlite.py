@@ -29,7 +29,14 @@ import numpy as np
 import torch
 import xarray as xr
 
-from methods.attentionlite import SA_VARIANTS, SparseDistillationLoss, check_density, check_pruning
+from methods.attentionlite import (
+    PAPER_TABLE1,
+    PAPER_TABLE2,
+    SA_VARIANTS,
+    SparseDistillationLoss,
+    check_density,
+    check_pruning,
+)
 from workbench.models import create_model, read_state_dict
 from workbench.pipelines import Method, Option, register_method, run_method
 from workbench.pipelines.attentionlite_budgets import BUDGETS, AttentionLiteBudget
@@ -250,6 +257,8 @@ register_method(Method(
     "attentionlite",
     "AttentionLite: sparse distillation of a CNN teacher into a self-attention ResNet (KD or KD+AT; irregular or column).",
     BUDGETS, _run, teacher="cnn", family="CNN",
+    paper_title="AttentionLite — distillation into SA-ResNets", paper_ref="papers/003",
+    paper={"table1": PAPER_TABLE1, "table2": PAPER_TABLE2},
     options=(
         Option("density", "target parameter density d in (0, 1] (default: the profile's, demo 0.25 irregular / 0.5 column)",
                type=parse_density),

@@ -113,8 +113,8 @@ def sparse_distill(run: Run, t: "TeacherRef", spec: RunSpec, budget: AttentionLi
 
 def _sparse_distill(run: Run, t: "TeacherRef", spec: RunSpec, budget: AttentionLiteBudget, cfg: TrainConfig, profile: str,
                     data: str | None, device: str, log: Callable[[str], None]) -> dict:
+    from workbench.data import datasets
     from workbench.pipelines.common import load_teacher
-    from workbench.pipelines.teacher import datasets
 
     dev = resolve_device(device)
     teacher = load_teacher(t, dev)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from workbench.pipelines.teacher import TeacherRef
 
 __all__ = ["RUNTIME_ONLY", "IndexedSubset", "limited", "load_teacher", "teacher_record", "train_record", "method_data", "phase_logger",
-           "accuracy", "model_counts", "student_run", "run_tag"]
+           "accuracy", "model_counts", "student_run", "run_config", "run_tag", "teacher_val_acc"]
 
 #: TrainConfig fields that do not define a run's result (left out of its config, so changing them reuses the run).
 RUNTIME_ONLY = ("device", "progress", "cpu_threads", "num_workers")
@@ -79,10 +79,10 @@ def limited(train_set: Dataset, limit: int | None) -> Dataset:
 
 def method_data(req: "RunRequest", model: nn.Module) -> tuple[Dataset, Dataset]:
     """Training and held-out sets of the request's profile and data, sized and normalised for ``model``."""
-    from workbench.pipelines.teacher import datasets
+    from workbench.data import datasets
 
     pc = getattr(model, "pretrained_cfg", {}) or {}
-    return datasets(req.profile.name, req.data, tuple(pc.get("input_size", (1, 28, 28))), pc.get("mean"), pc.get("std"))
+    return datasets(req.profile, req.data, tuple(pc.get("input_size", (1, 28, 28))), pc.get("mean"), pc.get("std"))
 
 
 def phase_logger(run: Run, phase: str, offset: int) -> Callable[[int, dict], None]:
@@ -115,8 +115,19 @@ def run_tag(req: "RunRequest") -> str:
     return tag if tag.endswith(f"-{req.profile.name}") else f"{tag}-{req.profile.name}"
 
 
-def student_run(req: "RunRequest", run_id: str, config: dict, body: Callable[[Run], dict]) -> Run:
-    """``ensure_run`` with the request's teacher, profile and data recorded in ``config``, and its force and log."""
-    full = {"method": req.method, "profile": req.profile.name, "data": req.data or "demo",
+def teacher_val_acc(req: "RunRequest") -> float | None:
+    """The held-out accuracy its run recorded for the request's teacher (None for a timm name + checkpoint)."""
+    t = req.teacher
+    return open_run(t.run).manifest.get("results", {}).get("val_acc") if t is not None and t.run else None
+
+
+def run_config(req: "RunRequest", config: dict) -> dict:
+    """A student run's full config: the request's method, profile, data and teacher, then ``config``."""
+    return {"method": req.method, "profile": req.profile.name, "data": req.data or "demo",
             **({"teacher": teacher_record(req.teacher)} if req.teacher is not None else {}), **config}
-    return ensure_run(run_id, full, body, force=req.force, log=req.log)
+
+
+def student_run(req: "RunRequest", run_id: str, config: dict, body: Callable[[Run], dict]) -> Run:
+    """``ensure_run`` with the request's teacher, profile and data recorded in ``config`` (:func:`run_config`), and
+    its force and log."""
+    return ensure_run(run_id, run_config(req, config), body, force=req.force, log=req.log)

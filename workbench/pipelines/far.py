@@ -26,13 +26,16 @@ profile are in :data:`BUDGETS`.
 from __future__ import annotations
 
 from dataclasses import asdict, replace
-from typing import Callable, Literal, Optional
+from typing import Callable, Literal
 
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
 from methods.far import (
+    CONVENTIONS,
+    PAPER_TABLE1_IMAGENET,
+    PAPER_TABLE3,
     SCHEDULES,
     FARLoss,
     apply_masks,
@@ -46,39 +49,42 @@ from methods.far import (
     shrink,
     unfreeze_all,
 )
-from methods.train import TrainConfig, atomic_save_safetensors, cpu_threads, evaluate, fit, is_main, resolve_device
+from methods.train import TrainConfig, atomic_save_safetensors, cpu_threads, evaluate, fit, is_main
 from workbench.models import create_model, load_model, read_state_dict
-from workbench.pipelines import Method, Option, budget, register_method
-from workbench.pipelines.common import RUNTIME_ONLY, limited, load_teacher, phase_logger, train_record
+from workbench.pipelines import Method, Option, RunRequest, register_method
+from workbench.pipelines.common import (
+    RUNTIME_ONLY,
+    limited,
+    load_teacher,
+    method_data,
+    phase_logger,
+    run_tag,
+    student_run,
+    teacher_val_acc,
+    train_record,
+)
 from workbench.pipelines.far_budgets import BUDGETS, FARBudget, for_teacher
-from workbench.pipelines.teacher import TeacherRef, resolve_teacher
-from workbench.runs import Run, RunError, ensure_run, open_run
+from workbench.runs import Run, RunError, open_run
 
-__all__ = ["BUDGETS", "FARBudget", "run_far", "run_far_ablation", "far_run_id", "load_masks"]
+__all__ = ["BUDGETS", "FARBudget", "run_id", "load_masks"]
 
 Schedule = Literal["scratch", "cls", "sim", "combined"]
 
 
 # --------------------------------------------------------------------------------------------
-# Teacher and run ids
+# Run ids
 # --------------------------------------------------------------------------------------------
 
 
-def _resolve_teacher(teacher: str | Run, profile: str, checkpoint: Optional[str], device: str, data: Optional[str],
-                     log: Callable[[str], None]) -> TeacherRef:
-    """A teacher run (trained or reused for a demo arch such as ``vit``) or a timm ViT name + checkpoint."""
-    return resolve_teacher(teacher, profile, default_arch="vit", family="ViT", checkpoint=checkpoint, device=device,
-                           data=data, log=log)
-
-
-def far_run_id(tag: str, profile: str, schedule: str = "combined", *, pruned: bool = False, table3: bool = False) -> str:
-    """``far-vit-demo``, ``far_sim-vit-demo``, ``far_pruned-vit-demo``, ``far_table3_cls-vit-demo``."""
+def run_id(tag: str, schedule: str = "combined", *, pruned: bool = False, table3: bool = False) -> str:
+    """``far-vit-demo``, ``far_sim-vit-demo``, ``far_pruned-vit-demo``, ``far_table3_cls-vit-demo`` (``tag``:
+    :func:`~workbench.pipelines.common.run_tag`, the teacher and profile part)."""
     if table3:
         kind = f"far_table3_{schedule}"
     else:
         kind = "far" if schedule == "combined" else f"far_{schedule}"
         kind = f"{kind}_pruned" if pruned else kind
-    return f"{kind}-{tag.removesuffix(f'-{profile}')}-{profile}"  # a teacher run's tag ends with its profile
+    return f"{kind}-{tag}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,13 +118,6 @@ def _set_drop_path(model: nn.Module, rate: float) -> None:
                 setattr(blk, name, DropPath(r) if r > 0 else nn.Identity())
 
 
-def _data(profile: str, data: Optional[str], model: nn.Module):
-    from workbench.pipelines.teacher import datasets
-
-    pc = getattr(model, "pretrained_cfg", {}) or {}
-    return datasets(profile, data, tuple(pc.get("input_size", (1, 28, 28))), pc.get("mean"), pc.get("std"))
-
-
 def _with_device(cfg: TrainConfig, device: str) -> TrainConfig:
     return replace(cfg, device=device)
 
@@ -131,19 +130,19 @@ def _counts(model: nn.Module) -> dict:
     return {"params": c["total"]["params"], "macs": c["total"]["macs"], "attn_macs": c["attn"]["macs"]}
 
 
-def _far_body(t: TeacherRef, profile: str, schedule: str, phases: tuple[TrainConfig, TrainConfig], budget: FARBudget,
-              device: str, data: Optional[str], table3: bool = False) -> Callable[[Run], dict]:
+def _far_body(req: RunRequest, schedule: str, phases: tuple[TrainConfig, TrainConfig], budget: FARBudget,
+              table3: bool = False) -> Callable[[Run], dict]:
     def body(run: Run) -> dict:
-        with cpu_threads(phases[0].cpu_threads, device):
+        with cpu_threads(phases[0].cpu_threads, req.device):
             return _far_phases(run)
 
     def _far_phases(run: Run) -> dict:
-        dev = resolve_device(device)
-        teacher = load_teacher(t, dev, frozen=False)
-        train_set, val_set = _data(profile, data, teacher)
+        dev = req.device
+        teacher = load_teacher(req.teacher, dev, frozen=False)
+        train_set, val_set = method_data(req, teacher)
         if table3:  # the Table 3 runs' own (smaller) share of the training set
             train_set = limited(train_set, budget.ablation_train_images)
-        distill_cfg, finetune_cfg = (_with_device(c, device) for c in phases)
+        distill_cfg, finetune_cfg = (_with_device(c, req.device) for c in phases)
         if schedule == "scratch" and budget.scratch_lr is not None:
             distill_cfg = replace(distill_cfg, lr=budget.scratch_lr)
         torch.manual_seed(distill_cfg.seed)  # the substitutes' initialisation
@@ -166,26 +165,25 @@ def _far_body(t: TeacherRef, profile: str, schedule: str, phases: tuple[TrainCon
         if is_main():
             atomic_save_safetensors(student.state_dict(), run.checkpoint)
         return {"val_acc": (hist_f or hist_d)[-1]["val_acc"], "distill_val_acc": hist_d[-1]["val_acc"],
-                "teacher_val_acc": (open_run(t.run).manifest.get("results", {}).get("val_acc") if t.run else None),
-                "epochs": len(hist_d) + len(hist_f), "train_images": len(train_set), "val_images": len(val_set),
-                **_counts(student)}
+                "teacher_val_acc": teacher_val_acc(req), "epochs": len(hist_d) + len(hist_f),
+                "train_images": len(train_set), "val_images": len(val_set), **_counts(student)}
 
     return body
 
 
-def _pruned_body(far_run: Run, profile: str, budget: FARBudget, device: str, data: Optional[str]) -> Callable[[Run], dict]:
+def _pruned_body(req: RunRequest, far_run: Run, budget: FARBudget) -> Callable[[Run], dict]:
     def body(run: Run) -> dict:
-        with cpu_threads(budget.regularise.cpu_threads, device):
+        with cpu_threads(budget.regularise.cpu_threads, req.device):
             return _prune_phases(run)
 
     def _prune_phases(run: Run) -> dict:
-        dev = resolve_device(device)
+        dev = req.device
         student = load_model(far_run.id, device=dev).model
         unfreeze_all(student)
         if budget.drop_path:
             _set_drop_path(student, budget.drop_path)
-        train_set, val_set = _data(profile, data, student)
-        reg_cfg, ft_cfg = _with_device(budget.regularise, device), _with_device(budget.masked_finetune, device)
+        train_set, val_set = method_data(req, student)
+        reg_cfg, ft_cfg = _with_device(budget.regularise, req.device), _with_device(budget.masked_finetune, req.device)
         reg = FARLoss(None, "cls", hoyer_weight=budget.hoyer_weight, grouping=budget.grouping,
                       label_smoothing=reg_cfg.label_smoothing)
         hist_r = fit(student, train_set, val_set, reg_cfg, loss_fn=reg, ckpt_dir=run.phase_dir("regularise"),
@@ -224,104 +222,91 @@ def _pruned_body(far_run: Run, profile: str, budget: FARBudget, device: str, dat
     return body
 
 
+# --------------------------------------------------------------------------------------------
+# Runs
+# --------------------------------------------------------------------------------------------
 
 
-def _config(t: TeacherRef, profile: str, schedule: str, phases, budget: FARBudget, data: Optional[str], **extra) -> dict:
-    strip = train_record
+def _config(req: RunRequest, schedule: str, phases, budget: FARBudget, **extra) -> dict:
+    """What defines a FAR run besides the method, profile, data and teacher (``student_run`` adds those)."""
+    t = req.teacher
     return {
-        "method": "far", "model_name": "far_vit", "profile": profile, "data": data or "demo",
+        "model_name": "far_vit",
         "model_kwargs": {"base": t.model_name, "base_kwargs": t.model_kwargs, "far": asdict(budget.far)},
-        "teacher": {"ref": t.ref, "run": t.run, "model_name": t.model_name, "model_kwargs": t.model_kwargs,
-                    "checkpoint_sha256": t.sha256},
         "far": asdict(budget.far), "schedule": schedule,
-        "budget": {"distill": strip(phases[0]), "finetune": strip(phases[1]), "lam": budget.lam,
+        "budget": {"distill": train_record(phases[0]), "finetune": train_record(phases[1]), "lam": budget.lam,
                    "sim_input": budget.sim_input, "drop_path": budget.drop_path,
                    **({"scratch_lr": budget.scratch_lr} if schedule == "scratch" else {})},
         **extra,
     }
 
 
-def run_far(
-    teacher: str | Run = "vit",
-    profile: str = "demo",
-    *,
-    schedule: Schedule = "combined",
-    prune: bool = True,
-    force: bool = False,
-    device: str = "auto",
-    data: Optional[str] = None,
-    checkpoint: Optional[str] = None,
-    log: Callable[[str], None] = print,
-) -> Run:
-    """Distill FAR from ``teacher`` (and prune it); reuse, resume or start the runs.
-
-    Args:
-        teacher: a teacher run id/dir, a demo arch (``vit``: the profile's demo teacher, trained if
-            needed), or a timm ViT name with ``checkpoint``.
-        profile: ``demo``, ``smoke`` or ``paper`` (budgets: :data:`BUDGETS`).
-        schedule: Table 3 loss schedule of the distillation phase.
-        prune: also run the DeepHoyer pruning run on top of the FAR run.
-        force: redo the FAR (and pruned) runs even if complete; the teacher is reused.
-        device: ``auto``, ``cpu`` or ``cuda``.
-        data: ImageFolder root with ``train/`` and ``val/`` (required by ``paper``).
-        checkpoint: teacher weights for a timm-name teacher.
-        log: one-line status messages.
-
-    Returns:
-        The pruned run when ``prune``, else the FAR run.
-
-    Raises:
-        ValueError: unknown schedule/profile, a teacher that is not a ViT or has no weights.
-        RunError: a run id exists with another config (pass ``force``).
-    """
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
-    budget("far", profile)  # an unknown profile fails before any teacher is trained
-    t = _resolve_teacher(teacher, profile, checkpoint, device, data, log)
-    _check_teacher_is_vit(t)
-    spent = for_teacher(budget("far", profile), profile, t.model_name)
+def _far_run(req: RunRequest, schedule: str, spent: FARBudget) -> Run:
+    """The FAR run of ``schedule`` (distillation + finetuning, App. A.1)."""
     phases = (spent.distill, spent.finetune)
-    far = ensure_run(far_run_id(t.tag, profile, schedule), _config(t, profile, schedule, phases, spent, data),
-                     _far_body(t, profile, schedule, phases, spent, device, data), force=force, log=log)
-    if not prune:
-        return far
-    cfg = _config(t, profile, schedule, phases, spent, data, source_run=far.id,
+    return student_run(req, run_id(run_tag(req), schedule), _config(req, schedule, phases, spent),
+                       _far_body(req, schedule, phases, spent))
+
+
+def _pruned_run(req: RunRequest, schedule: str, spent: FARBudget, far: Run) -> Run:
+    """The DeepHoyer pruning run on top of ``far`` (App. A.2)."""
+    phases = (spent.distill, spent.finetune)
+    cfg = _config(req, schedule, phases, spent, source_run=far.id,
                   source_checkpoint_sha256=far.manifest.get("checkpoint_sha256"),
                   pruning={"regularise": asdict(spent.regularise), "masked_finetune": asdict(spent.masked_finetune),
                            "hoyer_weight": spent.hoyer_weight, "threshold": spent.threshold, "grouping": spent.grouping})
     for phase in ("regularise", "masked_finetune"):
         for k in RUNTIME_ONLY:
             cfg["pruning"][phase].pop(k)
-    return ensure_run(far_run_id(t.tag, profile, schedule, pruned=True), cfg, _pruned_body(far, profile, spent, device, data),
-                      force=force, log=log)
+    return student_run(req, run_id(run_tag(req), schedule, pruned=True), cfg, _pruned_body(req, far, spent))
 
 
-def run_far_ablation(
-    teacher: str | Run = "vit", profile: str = "demo", schedule: Schedule = "combined", *, force: bool = False,
-    device: str = "auto", data: Optional[str] = None, checkpoint: Optional[str] = None, log: Callable[[str], None] = print,
-) -> Run:
-    """One Table 3 run: ``schedule`` with the profile's ablation budgets (the main FAR run when it has none)."""
-    if budget("far", profile).ablation is None:
-        return run_far(teacher, profile, schedule=schedule, prune=False, force=force, device=device, data=data,
-                       checkpoint=checkpoint, log=log)
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
-    t = _resolve_teacher(teacher, profile, checkpoint, device, data, log)
-    _check_teacher_is_vit(t)
-    spent = for_teacher(budget("far", profile), profile, t.model_name)
+def _table3_run(req: RunRequest, schedule: str, spent: FARBudget) -> Run:
+    """One Table 3 run: ``schedule`` with the profile's (shorter) ablation budgets."""
     phases = spent.ablation
-    config = _config(t, profile, schedule, phases, spent, data, table3=True)
+    config = _config(req, schedule, phases, spent, table3=True)
     if spent.ablation_train_images is not None:
         config["budget"]["train_images"] = spent.ablation_train_images
-    return ensure_run(far_run_id(t.tag, profile, schedule, table3=True), config,
-                      _far_body(t, profile, schedule, phases, spent, device, data, table3=True), force=force, log=log)
+    return student_run(req, run_id(run_tag(req), schedule, table3=True), config,
+                       _far_body(req, schedule, phases, spent, table3=True))
 
 
-def _check_teacher_is_vit(t: TeacherRef) -> None:
+def _check_teacher_is_vit(req: RunRequest) -> None:
     """Refuse a non-ViT teacher before any run directory is created (``check_vit``'s message)."""
     from methods.far import check_vit
 
-    check_vit(create_model(t.model_name, **t.model_kwargs))
+    check_vit(create_model(req.teacher.model_name, **req.teacher.model_kwargs))
+
+
+def _check_schedule(schedule: str) -> None:
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+
+
+def _run(req: RunRequest, schedule: Schedule = "combined", prune: bool = True, table3: bool = False) -> Run:
+    """Distill FAR from the request's teacher (and prune it), or one Table 3 run; reuse, resume or start the runs.
+
+    Args:
+        req: teacher, profile, budget (:data:`BUDGETS`), device, data, force, log.
+        schedule: Table 3 loss schedule of the distillation phase.
+        prune: also run the DeepHoyer pruning run on top of the FAR run.
+        table3: the Table 3 ablation run of ``schedule`` (the profile's short ablation budgets; the main FAR run
+            when the profile has none).
+
+    Returns:
+        The pruned run when ``prune`` (and not ``table3``), else the FAR (or Table 3) run.
+
+    Raises:
+        ValueError: unknown schedule, a teacher that is not a ViT.
+        RunError: a run id exists with another config (pass ``force``).
+    """
+    _check_schedule(schedule)
+    _check_teacher_is_vit(req)
+    spent = for_teacher(req.budget, req.profile, req.teacher.model_name)
+    if table3 and spent.ablation is not None:
+        return _table3_run(req, schedule, spent)
+    far = _far_run(req, schedule, spent)
+    return far if table3 or not prune else _pruned_run(req, schedule, spent, far)
 
 
 # --------------------------------------------------------------------------------------------
@@ -329,18 +314,10 @@ def _check_teacher_is_vit(t: TeacherRef) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _run(req, schedule: Schedule = "combined", prune: bool = True, table3: bool = False) -> Run:
-    t = req.teacher
-    if table3:
-        return run_far_ablation(t.run or t.ref, req.profile.name, schedule, force=req.force, device=req.device,
-                                data=req.data, checkpoint=t.checkpoint, log=req.log)
-    return run_far(t.run or t.ref, req.profile.name, schedule=schedule, prune=prune, force=req.force, device=req.device,
-                   data=req.data, checkpoint=t.checkpoint, log=req.log)
-
-
 register_method(Method(
     "far", "Distill a FAR (BiLSTM instead of attention) student from a ViT teacher, then prune it.", BUDGETS, _run,
-    teacher="vit", family="ViT",
+    teacher="vit", family="ViT", paper_title="FAR — attention replaced by BiLSTMs", paper_ref="papers/000",
+    paper={"table1_imagenet": PAPER_TABLE1_IMAGENET, "table3": PAPER_TABLE3, "conventions": CONVENTIONS},
     options=(Option("schedule", "Table 3 loss schedule of the distillation phase (combined = Eq. 4)",
                     choices=tuple(SCHEDULES), default="combined"),
              Option("prune", "DeepHoyer pruning after distillation + finetuning", type=None, default=True, switch=True),

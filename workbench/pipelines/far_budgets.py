@@ -8,10 +8,13 @@ and A.2 (DeepHoyer pruning); ``demo`` and ``smoke`` are ours, with the reasons i
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from methods.far import FAR_VARIANTS, FARConfig, Grouping, SimInput
 from methods.train import TrainConfig
+
+if TYPE_CHECKING:
+    from workbench.profiles import Profile
 
 __all__ = ["BUDGETS", "FARBudget", "for_teacher"]
 
@@ -83,10 +86,10 @@ BUDGETS: dict[str, FARBudget] = {
 }
 
 
-def for_teacher(budget: FARBudget, profile: str, teacher_name: Optional[str]) -> FARBudget:
+def for_teacher(budget: FARBudget, profile: "Profile", teacher_name: Optional[str]) -> FARBudget:
     """``budget`` with, under ``paper``, the learning rates of the teacher's size (App. A.1/A.2: finetuning
     5e-5 / 2e-5 / 2e-5, pruning and its finetuning 5e-5 / 5e-6 / 5e-6 for Tiny / Small / Base)."""
-    if profile != "paper" or not teacher_name:
+    if not profile.is_paper or not teacher_name:
         return budget
     size = next((v for v in ("tiny", "small", "base") if v in teacher_name), None)
     if size is None:

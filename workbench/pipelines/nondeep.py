@@ -39,6 +39,8 @@ import torch.nn as nn
 
 from methods.nondeep import (
     COLLAPSE_VARIANTS,
+    CONVENTIONS,
+    PAPER_TABLE5,
     SCHEDULES,
     JoinConfig,
     NonDeepLoss,
@@ -425,6 +427,8 @@ OPTIONS = (
 register_method(Method(
     "nondeep", "Non-deep ViT: train L/n blocks of n parallel branches joined progressively, collapse exactly into L/n "
                "blocks.", BUDGETS, run_nondeep, teacher="vit", family="ViT", options=OPTIONS,
+    paper_title="Non-deep ViT — parallel branches collapsed", paper_ref="papers/002",
+    paper={"table5": PAPER_TABLE5, "conventions": CONVENTIONS},
     examples=("workbench run nondeep --branches 2",
               "workbench run nondeep --branches 3 --schedule cosine --diversity 0",
               "workbench run nondeep --branches 3 --baseline",

@@ -12,7 +12,7 @@ on top of :mod:`methods.slimswin`:
 3. once the ratio ``r`` is reached, a final fine-tune on the full training set (cosine, 10 %
    warm-up from ``min_lr``).
 
-A run (:func:`run_slimswin`, id ``slimswin-r0.3333-swin-demo`` for r = 1/3, ``slimswin-r0.30-swin-demo`` for 0.3) stores ``model.safetensors`` (the
+A run (``run_method("slimswin", ratio=...)``, id ``slimswin-r0.3333-swin-demo`` for r = 1/3, ``slimswin-r0.30-swin-demo`` for 0.3) stores ``model.safetensors`` (the
 gated model, masks included as ``gate_mask`` buffers, so ``load_model(run_id)`` rebuilds it),
 ``masks.safetensors`` (one 0/1 ``(num_windows, num_heads)`` tensor per layer, for
 :func:`methods.slimswin.to_pruned`) and ``history.json`` (per iteration: pruned pairs, their scores,
@@ -22,8 +22,8 @@ finished iteration (``prune/``) or final fine-tune epoch (``final/``).
 **Chaining.** Algorithm 1 is iterative and every iteration draws its subsets from seeds fixed by
 the iteration number, so the first iterations towards r = 0.44 are exactly the iterations towards
 r = 0.33. :func:`run_sweep` therefore starts each ratio's run from the iterative state of the next
-smaller ratio (weights and masks *before* that run's final fine-tune) and only adds the missing
-iterations; the result equals a run started from the teacher (checked by the tests), at a fraction
+smaller ratio (weights and masks *before* that run's final fine-tune; the ``start_from`` option) and only adds
+the missing iterations; the result equals a run started from the teacher (checked by the tests), at a fraction
 of the cost. The manifest records ``chained_from``.
 
 Budgets per profile are in :data:`RECIPES` (``demo``, ``smoke``, ``paper``).
@@ -40,28 +40,19 @@ import torch
 import torch.nn as nn
 
 from methods.slimswin import SlimSwinConfig, check_swin, pairs_to_prune, prunable_layers, swin_layers
-from methods.train import resolve_device
 from workbench.models import create_model, load_model, read_state_dict
-from workbench.pipelines import Method, Option, budget, register_method
+from workbench.pipelines import Method, Option, RunRequest, budget, register_method, run_method
+from workbench.pipelines.common import run_config, run_tag, student_run
 from workbench.pipelines.slimswin_budgets import RECIPES, SlimSwinRecipe
 from workbench.pipelines.slimswin_run import prune_and_finetune
-from workbench.pipelines.teacher import TeacherRef, resolve_teacher
-from workbench.runs import Run, ensure_run, open_run
+from workbench.runs import Run, open_run
 
-__all__ = ["SlimSwinRecipe", "RECIPES", "run_slimswin", "run_sweep", "run_id", "load_masks",
-           "load_history", "pruned_model"]
+__all__ = ["SlimSwinRecipe", "RECIPES", "run_sweep", "run_id", "load_masks", "load_history", "pruned_model"]
 
 
 # --------------------------------------------------------------------------------------------
-# Teacher and run ids
+# Run ids
 # --------------------------------------------------------------------------------------------
-
-
-def _resolve_teacher(teacher: str | Run | None, profile: str, checkpoint: str | None, device: str,
-                     log: Callable[[str], None]) -> TeacherRef:
-    """A Swin teacher run (None: the demo Swin, trained or reused) or a timm Swin name + checkpoint."""
-    return resolve_teacher(teacher, profile, default_arch="swin", family="Swin", checkpoint=checkpoint, device=device,
-                           log=log)
 
 
 def ratio_tag(ratio: float) -> str:
@@ -121,11 +112,14 @@ def pruned_model(run: str | Run, device: str = "cpu") -> nn.Module:
 # --------------------------------------------------------------------------------------------
 
 
-def _config(teacher: TeacherRef, cfg: SlimSwinConfig, recipe: SlimSwinRecipe, profile: str, data: str | None) -> dict:
-    return {"method": "slimswin", "model_name": "slimswin_swin",
-            "model_kwargs": {"base": teacher.model_name, "base_kwargs": teacher.model_kwargs, "gate_mode": cfg.gate_mode},
-            "profile": profile, "data": data or "demo",
-            "teacher": {"ref": teacher.ref, "checkpoint_sha256": teacher.sha256},
+def _config(cfg: SlimSwinConfig, recipe: SlimSwinRecipe, req: RunRequest) -> dict:
+    """What defines a SlimSwin run besides the method, profile, data and teacher (``student_run`` adds those)."""
+    t = req.teacher
+    return {"model_name": "slimswin_swin",
+            "model_kwargs": {"base": t.model_name, "base_kwargs": t.model_kwargs, "gate_mode": cfg.gate_mode},
+            # SlimSwin runs have recorded their teacher by ref and weights hash (which identify it) since their first
+            # version; recording the full teacher_record instead would make every existing run's config differ
+            "teacher": {"ref": t.ref, "checkpoint_sha256": t.sha256},
             "slimswin": asdict(cfg),
             "recipe": {"batch_size": recipe.batch_size, "seed": recipe.seed,
                        **({"final_train_images": recipe.final_train_images} if recipe.final_train_images else {})}}
@@ -159,38 +153,25 @@ def _pairs_to_prune(cfg: SlimSwinConfig, arch: nn.Module) -> int:
                          f"more than the {total} prunable pairs; use a smaller --step-pairs") from None
 
 
-def run_slimswin(
-    teacher: str | Run | None,
-    ratio: float,
-    profile: str = "demo",
-    *,
-    step_pairs: int | None = None,
-    reduce: str | None = None,
-    gate_mode: str | None = None,
-    checkpoint: str | None = None,
-    data: str | None = None,
-    start_from: str | Run | None = None,
-    force: bool = False,
-    device: str = "auto",
-    log: Callable[[str], None] = print,
-) -> Run:
-    """Prune ``teacher`` to the global ratio ``ratio`` with SlimSwin (reusing or resuming the run).
+def check_ratio(ratio) -> None:
+    """Refuse a ratio outside (0, 1) (before a demo teacher would be trained)."""
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 < float(ratio) < 1.0:
+        raise ValueError(f"--ratio must be in the open interval (0, 1), got {ratio}")
+
+
+def _run(req: RunRequest, ratio: float, step_pairs: int | None = None, reduce: str | None = None,
+         gate_mode: str | None = None, start_from: str | Run | None = None) -> Run:
+    """Prune the request's Swin teacher to the global ratio ``ratio`` with SlimSwin (reusing or resuming the run).
 
     Args:
-        teacher: a complete Swin run (id, directory or :class:`Run`), a timm Swin name (with
-            ``checkpoint``), or None for the profile's demo Swin teacher (trained if missing).
+        req: teacher, profile, budget (:data:`RECIPES`), device, data, force (delete an existing run of this id
+            and start afresh), log.
         ratio: global pruning ratio r in (0, 1) of the prunable window-head pairs.
-        profile: ``demo``, ``smoke`` or ``paper`` (:data:`RECIPES`).
         step_pairs: pairs pruned per iteration ``i`` (default: the profile's).
         reduce: saliency reduction over samples (``abs_of_mean`` default, ``abs``, ``signed``).
         gate_mode: ``qkv`` (paper) or ``output`` (Michel et al.).
-        checkpoint: teacher weights when ``teacher`` is a timm name.
-        data: ImageFolder root with ``train/`` and ``val/`` (required by ``paper``).
         start_from: a complete SlimSwin run of the same teacher and settings at a smaller ratio to
             continue Algorithm 1 from (see the module docstring); ignored if incompatible.
-        force: delete an existing run of this id and start afresh.
-        device: ``auto``, ``cpu`` or ``cuda``.
-        log: where progress lines go.
 
     Returns:
         The complete run.
@@ -199,9 +180,8 @@ def run_slimswin(
         ValueError: ratio outside (0, 1), a non-Swin teacher, bad options (before anything is written).
         RunError: the run exists with a different config (pass ``force=True``).
     """
-    recipe = budget("slimswin", profile)
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 < float(ratio) < 1.0:
-        raise ValueError(f"--ratio must be in the open interval (0, 1), got {ratio}")
+    recipe: SlimSwinRecipe = req.budget
+    check_ratio(ratio)
     changes = {k: v for k, v in dict(target_ratio=float(ratio), step_pairs=step_pairs, reduce=reduce,
                                      gate_mode=gate_mode).items() if v is not None}
     cfg = replace(recipe.method, **changes)
@@ -209,26 +189,25 @@ def run_slimswin(
         raise ValueError(f"--reduce must be abs_of_mean, abs or signed, got {cfg.reduce!r}")
     if cfg.gate_mode not in ("qkv", "output"):
         raise ValueError(f"gate mode must be qkv or output, got {cfg.gate_mode!r}")
-    if profile == "paper" and data is None:
-        raise ValueError("the paper profile prunes on your data: pass --data PATH (an ImageFolder with train/ and val/)")
-    resolve_device(device)
-    t = _resolve_teacher(teacher, profile, checkpoint, device, log)
+    req.profile.require_data(req.data, "prunes")
+    t = req.teacher
     arch = check_swin(create_model(t.model_name, **t.model_kwargs))  # a clear error for ViTs, CNNs, ...
     if not prunable_layers(arch, cfg.exclude):
         raise ValueError(f"{t.model_name} has no prunable layers (exclude={cfg.exclude!r})")
     _pairs_to_prune(cfg, arch)  # step_pairs must fit in the prunable pairs (raises otherwise)
-    config = _config(t, cfg, recipe, profile, data)
-    rid = run_id(t.tag, float(ratio), cfg, recipe.method)
+    config = _config(cfg, recipe, req)
     parent = None
     if start_from is not None:
-        parent = _compatible_parent(start_from if isinstance(start_from, Run) else open_run(start_from), config, cfg, arch)
-    return ensure_run(rid, config, lambda run: prune_and_finetune(run, t, cfg, recipe, profile, data, device, parent, log),
-                      force=force, log=log)
+        parent = _compatible_parent(start_from if isinstance(start_from, Run) else open_run(start_from),
+                                    run_config(req, config), cfg, arch)
+    return student_run(req, run_id(run_tag(req), float(ratio), cfg, recipe.method), config,
+                       lambda run: prune_and_finetune(run, req, cfg, parent))
 
 
 def run_sweep(teacher: str | Run | None = None, profile: str = "demo", ratios: Sequence[float] | None = None, *,
               device: str = "auto", log: Callable[[str], None] = print, **options) -> list[Run]:
-    """One run per ratio (default: the profile's), ascending, each continuing the previous one's iterations.
+    """One run per ratio (default: the profile's), ascending, each continuing the previous one's iterations
+    (``run_method("slimswin", ..., start_from=<the previous run>)``).
 
     Returns:
         The runs in ascending ratio order.
@@ -236,8 +215,8 @@ def run_sweep(teacher: str | Run | None = None, profile: str = "demo", ratios: S
     ratios = sorted(budget("slimswin", profile).ratios if ratios is None else ratios)
     runs: list[Run] = []
     for r in ratios:
-        runs.append(run_slimswin(teacher, r, profile, start_from=runs[-1] if runs else None, device=device, log=log,
-                                 **options))
+        runs.append(run_method("slimswin", teacher, profile, device=device, log=log, ratio=r,
+                               start_from=runs[-1] if runs else None, **options))
     return runs
 
 
@@ -253,21 +232,17 @@ def _report(run: Run) -> str:
             f"attention MACs -{100 * res['mac_reduction']:.1f} %")
 
 
-def _run(req, ratio: float, step_pairs: int | None = None, reduce: str | None = None, gate_mode: str | None = None) -> Run:
-    t = req.teacher
-    return run_slimswin(t.run or t.ref, ratio, req.profile.name, step_pairs=step_pairs, reduce=reduce, gate_mode=gate_mode,
-                        checkpoint=t.checkpoint, data=req.data, force=req.force, device=req.device, log=req.log)
-
-
 register_method(Method(
     "slimswin", "SlimSwin: prune window-head pairs of a Swin teacher to a global ratio (Algorithm 1).", RECIPES, _run,
-    teacher="swin", family="Swin",
+    teacher="swin", family="Swin", paper_title="SlimSwin — window-head pruning", paper_ref="papers/004",
     options=(Option("ratio", "global pruning ratio r in (0, 1), e.g. 1/3 (the paper's 0.33) or 0.3", type=parse_ratio,
-                    required=True),
+                    required=True, check=check_ratio),
              Option("step_pairs", "pairs pruned per iteration i (default: the profile's)", type=int),
              Option("reduce", "saliency over samples: |mean gradient| (default), mean |gradient|, or signed mean",
                     choices=("abs_of_mean", "abs", "signed")),
-             Option("gate_mode", "gate Q/K/V (paper, default) or head outputs", choices=("qkv", "output"))),
+             Option("gate_mode", "gate Q/K/V (paper, default) or head outputs", choices=("qkv", "output")),
+             Option("start_from", "a complete SlimSwin run (same teacher and settings, smaller ratio) whose iterations "
+                    "this run continues; ignored if incompatible")),
     examples=("workbench run slimswin --ratio 1/3",
               "workbench run slimswin --teacher teacher-swin-demo --ratio 2/3 --step-pairs 4",
               "workbench run slimswin --teacher swin_tiny_patch4_window7_224 --checkpoint swin_t.safetensors "

@@ -12,7 +12,7 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
@@ -40,15 +40,13 @@ from methods.train import (
     fit,
     init_distributed,
     is_main,
-    resolve_device,
 )
 from workbench.models import create_model, load_model, read_state_dict
-from workbench.pipelines.common import IndexedSubset, limited
-from workbench.pipelines.slimswin_budgets import SlimSwinRecipe
+from workbench.pipelines.common import IndexedSubset, limited, method_data
 from workbench.runs import Run, RunError, atomic_write_text
 
 if TYPE_CHECKING:
-    from workbench.pipelines.teacher import TeacherRef
+    from workbench.pipelines import RunRequest
 
 
 def _sample(n_total: int, n: int, seed: int) -> list[int]:
@@ -105,30 +103,23 @@ def _step_record(step, saliency: list[torch.Tensor], metrics: dict, iteration: i
             "train_loss": metrics.get("train_loss")}
 
 
-def prune_and_finetune(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, recipe: SlimSwinRecipe, profile: str,
-                       data: str | None, device: str, start_from: Run | None, log: Callable[[str], None]) -> dict:
+def prune_and_finetune(run: Run, req: "RunRequest", cfg: SlimSwinConfig, start_from: Run | None) -> dict:
     """Algorithm 1 to ``cfg.target_ratio`` then the final fine-tune, in ``run.dir``; returns the run's results.
 
     Args:
         run: the run being made (resumes from its ``prune/`` and ``final/`` checkpoints if present).
-        teacher: the resolved teacher (run or timm name + checkpoint).
+        req: the request: resolved teacher (run or timm name + checkpoint), profile and its budget (the
+            :class:`SlimSwinRecipe`: batch size, seeds, threads...), data, device, log.
         cfg: SlimSwin hyper-parameters, with the run's ratio.
-        recipe: the profile's budgets (batch size, seeds, threads...).
-        profile: profile name (selects the data sets).
-        data: ImageFolder root, or None for the demo set.
-        device: ``auto``, ``cpu`` or ``cuda``.
         start_from: a compatible complete run whose iterations this run continues, or None.
-        log: progress lines.
     """
-    with cpu_threads(recipe.cpu_threads, resolve_device(device)):
-        return _prune_and_finetune(run, teacher, cfg, recipe, profile, data, device, start_from, log)
+    with cpu_threads(req.budget.cpu_threads, req.device):
+        return _prune_and_finetune(run, req, cfg, start_from)
 
 
-def _prune_and_finetune(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, recipe: SlimSwinRecipe, profile: str,
-                        data: str | None, device: str, start_from: Run | None, log: Callable[[str], None]) -> dict:
-    from workbench.pipelines.teacher import datasets
-
-    dev = resolve_device(device)
+def _prune_and_finetune(run: Run, req: "RunRequest", cfg: SlimSwinConfig, start_from: Run | None) -> dict:
+    teacher, recipe, data, log = req.teacher, req.budget, req.data, req.log
+    dev = req.device
     init_distributed()  # a no-op unless launched by torchrun
     ref_model = load_model(teacher.ref, checkpoint=teacher.checkpoint, device=dev).model  # the unpruned teacher
     check_swin(ref_model)
@@ -141,7 +132,7 @@ def _prune_and_finetune(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, re
     model.to(dev)
     pc = ref_model.pretrained_cfg
     size, mean, std = tuple(pc["input_size"]), pc.get("mean"), pc.get("std")
-    train_set, val_set = datasets(profile, data, size, mean, std)
+    train_set, val_set = method_data(req, ref_model)
     plain_train = _saliency_set(train_set, data, size, mean, std)
     val_loader = DataLoader(val_set, batch_size=256)
     layers = prunable_layers(model, cfg.exclude)

@@ -37,6 +37,8 @@ from torch.utils.data import DataLoader
 
 from methods.hooks import run_with_cache
 from methods.sparsifiner import (
+    PAPER_TABLE2,
+    PAPER_TABLE4,
     Phase1Loss,
     Phase2Loss,
     SparsifinerConfig,
@@ -314,9 +316,7 @@ def _phase1_run(req: RunRequest) -> Run:
 def _run(req: RunRequest, keep_rate: float, linformer: bool = False, renormalize: bool | None = None) -> Run:
     keep_rate = _check_keep_rate(keep_rate)
     b: SparsifinerBudget = req.budget
-    if req.profile.name == "paper" and req.data is None:
-        raise ValueError("the paper profile trains on your data: pass --data PATH (an ImageFolder with train/ and "
-                         "val/)")
+    req.profile.require_data(req.data)
     resolve_device(req.device)
     arch = create_model(req.teacher.model_name, **req.teacher.model_kwargs)
     check_vit(arch)  # a clear error for a Swin, a CNN, ... before any run directory exists
@@ -416,6 +416,8 @@ def _report(run: Run) -> str:
 register_method(Method(
     "sparsifiner", "Sparsifiner: learned instance-dependent sparse attention of a ViT teacher at a keep rate "
     "(or its Linformer baseline).", BUDGETS, _run, teacher="vit", family="ViT",
+    paper_title="Sparsifiner — instance-dependent sparse attention", paper_ref="papers/001",
+    paper={"table2": PAPER_TABLE2, "table4": PAPER_TABLE4},
     options=(Option("keep_rate", "attention keep rate in (0, 1]: B = ceil(keep_rate * tokens) keys per patch query",
                     type=parse_keep_rate, required=True),
              Option("linformer", "train the Linformer baseline at k = B instead (Table 4)", type=None, default=False,

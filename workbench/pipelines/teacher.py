@@ -28,11 +28,11 @@ from torch.utils.data import Dataset
 
 from methods.teachers import DEMO_TEACHERS
 from methods.train import TrainConfig, fit, mixup_cutmix, repeated_augmentation, soft_target_cross_entropy
-from workbench.data import DemoDataset, image_folder, scan_image_folder
+from workbench.data import datasets, scan_image_folder
 from workbench.models import create_model, load_weights, read_state_dict
 from workbench.pipelines import Method, Option, RunRequest, budget, register_method
-from workbench.profiles import get_profile
-from workbench.runs import Run, RunError, ensure_run, open_run, runs_root, sha256_file
+from workbench.profiles import Profile, get_profile
+from workbench.runs import Run, RunError, ensure_run, find_run, sha256_file
 
 
 @dataclass(frozen=True)
@@ -115,34 +115,6 @@ BUDGETS: dict[str, TeacherBudget] = {
         lr_per_512=5e-4,
     ),
 }
-
-
-def datasets(profile: str, data: str | None = None, input_size=(1, 28, 28), mean=None, std=None, *,
-             augment: Augment | None = None, eval_transform: dict | None = None) -> tuple[Dataset, Dataset]:
-    """Training and held-out sets of a profile: the demo split, or ``DATA/train`` and ``DATA/val``.
-
-    Args:
-        profile: ``demo``, ``smoke`` or ``paper`` (the demo split's size; ``paper`` needs ``data``).
-        data: ImageFolder root with ``train/`` and ``val/``, or None for the demo set (digits padded to
-            ``input_size``).
-        input_size, mean, std: the model's input.
-        augment: ImageFolder training augmentation (RandAugment, random erasing; None: timm's default
-            training transform).
-        eval_transform: more ``create_transform`` options of the held-out set (``crop_pct``, ``interpolation``).
-    """
-    prof = get_profile(profile)
-    if data is None:
-        if profile == "paper":
-            raise ValueError("the paper profile trains on your data: pass --data PATH (an ImageFolder with train/ and val/)")
-        size = tuple(input_size)  # digits padded to the model's input size (DemoDataset)
-        return (DemoDataset("train", train_transform=True, limit=prof.train_limit, input_size=size),
-                DemoDataset("val", limit=prof.val_limit, input_size=size))
-    root = Path(data).expanduser()
-    kw = dict(input_size=input_size, mean=mean, std=std)
-    train_kw = {} if augment is None else dict(auto_augment=augment.auto_augment, re_prob=augment.re_prob,
-                                               re_mode="pixel", re_count=1, interpolation=augment.interpolation)
-    return (image_folder(root / "train", is_training=True, **kw, **train_kw),
-            image_folder(root / "val", is_training=False, **kw, **(eval_transform or {})))
 
 
 def teacher_run_id(arch: str, profile: str, model_name: str | None = None) -> str:
@@ -303,7 +275,7 @@ class TeacherRef:
     run: str | None = None  # teacher run id, if any
 
 
-def resolve_teacher(teacher: str | Run | None, profile: str, *, default_arch: str, family: str,
+def resolve_teacher(teacher: str | Run | None, profile: "str | Profile", *, default_arch: str, family: str,
                     checkpoint: str | None = None, device: str = "auto", data: str | None = None,
                     log: Callable[[str], None] = print) -> TeacherRef:
     """Identify a method's teacher; a demo arch is trained (or reused) first.
@@ -320,12 +292,13 @@ def resolve_teacher(teacher: str | Run | None, profile: str, *, default_arch: st
             name without weights, a missing weights file.
         RunError: an incomplete teacher run.
     """
+    prof = get_profile(profile)  # a Profile passes through
     teacher = default_arch if teacher is None else str(teacher.dir) if isinstance(teacher, Run) else teacher
     if teacher in DEMO_TEACHERS:
-        if profile == "paper":  # the paper's backbone trained (or recorded) on the user's data; never trained here
-            rid = teacher_run_id(teacher, "paper")
-            if not (runs_root() / rid / "manifest.json").exists() or open_run(rid).status != "complete":
-                name = budget("teacher", "paper").model(teacher)
+        if prof.is_paper:  # the paper's backbone trained (or recorded) on the user's data; never trained here
+            rid = teacher_run_id(teacher, prof.name)
+            if (found := find_run(rid)) is None or found.status != "complete":
+                name = budget("teacher", prof).model(teacher)
                 raise ValueError(
                     f"the paper profile needs a real {family} teacher and run {rid!r} does not exist (or is unfinished): "
                     f"train {name} with `workbench train teacher --arch {teacher} --profile paper --data ROOT`, or record "
@@ -333,11 +306,11 @@ def resolve_teacher(teacher: str | Run | None, profile: str, *, default_arch: st
                     f"{family} name with --checkpoint WEIGHTS")
             teacher = rid
         else:
-            teacher = train_teacher(teacher, profile, device=device, data=data, log=log).id
-    if (runs_root() / teacher / "manifest.json").exists() or (Path(teacher).expanduser() / "manifest.json").exists():
+            teacher = train_teacher(teacher, prof.name, device=device, data=data, log=log).id
+    run = find_run(teacher)
+    if run is not None:
         if checkpoint is not None:
             raise ValueError(f"teacher {teacher!r} is a run with its own checkpoint; drop --checkpoint")
-        run = open_run(teacher)
         if run.status != "complete":
             raise RunError(f"teacher run {run.id!r} is not complete (status {run.status!r}); finish it first")
         return TeacherRef(run.id, run.id.removeprefix("teacher-"), run.config["model_name"],

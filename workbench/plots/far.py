@@ -3,12 +3,12 @@
 - :func:`plot_retention` — Fig. 4/7/8: % of hidden units each (layer, head) LSTM keeps, forward
   and reverse side by side (``retention`` extractor).
 - :func:`plot_cls_comparison` — Fig. 5, 9–11: the CLS row over the image, one row per (layer,
-  model), heads as columns (``cls_map`` of :func:`workbench.analysis.compare.stack_maps`).
+  model), heads as columns (``cls_map`` of :func:`workbench.analysis.token_maps.stack_maps`).
 - :func:`plot_token_maps` — Fig. 6, 12–14: token-to-token maps averaged over heads and samples
   (App. C.2), one panel per model.
 - :func:`plot_agreement` — per-layer agreement of FAR's maps with the teacher's.
 
-The map helpers take :func:`~workbench.analysis.compare.stack_maps` output in either form and draw
+The map helpers take :func:`~workbench.analysis.token_maps.stack_maps` output in either form and draw
 it as stored (``normalize="none"``, the default: probabilities and gradient norms, as the paper
 shows them, so a query whose output depends strongly on its inputs is a bright row) or with every
 query row normalised to sum to 1 before averaging (``normalize="row"``: "share of the row", one
@@ -132,7 +132,7 @@ def plot_cls_comparison(
     """CLS-to-patch maps over the image: rows = (layer, model) with models one above the other, columns = heads.
 
     Args:
-        maps: :func:`~workbench.analysis.compare.stack_maps` output with ``cls_map``.
+        maps: :func:`~workbench.analysis.token_maps.stack_maps` output with ``cls_map``.
         image: the sample's image ``(H, W)`` or ``(H, W, 3)`` in [0, 1]; ``None`` shows the patch grid only.
         sample: sample label; ``None`` for the first.
         layers: layer labels (default all); heads: head labels (default all); models: model labels (default all).
@@ -225,7 +225,7 @@ def plot_token_maps(
     """Token-to-token maps of one layer, averaged over heads and samples (App. C.2), one panel per model.
 
     Args:
-        maps: :func:`~workbench.analysis.compare.stack_maps` output.
+        maps: :func:`~workbench.analysis.token_maps.stack_maps` output.
         layer: layer label.
         models: model labels (default all), left to right.
         samples: sample labels to average over (default all).
@@ -286,7 +286,7 @@ def plot_agreement(agreements: Mapping[str, xr.Dataset], *, metrics: Sequence[st
     """Per-layer agreement with a reference, one panel per metric, one line per (model vs reference).
 
     Args:
-        agreements: label of a comparison family -> :func:`~workbench.analysis.compare.agreement`
+        agreements: label of a comparison family -> :func:`~workbench.analysis.token_maps.agreement`
             output (dims ``(model, sample, layer)``); lines are named "<model> vs <reference>".
         metrics: variables to show, one panel each.
         title: figure title.

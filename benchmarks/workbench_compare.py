@@ -1,7 +1,7 @@
 """Benchmark: the whole teacher-vs-students comparison (``workbench compare``) and the share of each part, from one run.
 
 One teacher and two students compared by :func:`workbench.compare.compare` — what ``workbench compare``
-runs: load the models, load the images, :func:`~workbench.analysis.comparison.compare_models`, stamp —
+runs: load the models, load the images, :func:`~workbench.analysis.teacher_vs_students.compare_models`, stamp —
 on 64 held-out demo digits spread over the ten classes (``demo:val[7:967:15]``; the split is sorted by
 class). Defaults: the demo ViT teacher and its FAR and pruned-FAR students (``teacher-vit-demo``,
 ``far-vit-demo``, ``far_pruned-vit-demo``: run ``workbench figures far.table1`` first, or pass other
@@ -18,7 +18,7 @@ Dataset's ``seconds`` attr; "load + stamp" is the rest):
   attributions  IG, Saliency, rollout and random maps of 3 models; their agreement with the teacher
   faithfulness  deletion + insertion curves of every map (batched), captum infidelity of IG
 
-Usage: PYTHONPATH=. python benchmarks/compare.py [--teacher RUN] [--student LABEL=RUN ...] [--images SPEC]
+Usage: PYTHONPATH=. python benchmarks/workbench_compare.py [--teacher RUN] [--student LABEL=RUN ...] [--images SPEC]
        [--threads 1] [--ig-steps 50] [--steps 16] [--no-infidelity]
 
 Timings are one run on whatever machine this is: on the shared 2-core development VM they are taken

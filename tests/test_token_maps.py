@@ -1,4 +1,4 @@
-"""Teacher-vs-student token-map comparison (workbench.analysis.compare) against hand computations."""
+"""Teacher-vs-student token-map comparison (workbench.analysis.token_maps) against hand computations."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import xarray as xr
 from scipy.spatial.distance import jensenshannon
 from scipy.stats import spearmanr
 
-from workbench.analysis.compare import agreement, stack_maps, token_maps
+from workbench.analysis.token_maps import agreement, stack_maps, token_maps
 from workbench.analysis.tokens import query_key_coords
 
 

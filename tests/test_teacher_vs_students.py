@@ -1,4 +1,4 @@
-"""Teacher-vs-student comparison (workbench.analysis.comparison and its parts) against independent computations."""
+"""Teacher-vs-student comparison (workbench.analysis.teacher_vs_students and its parts) against independent computations."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from timm.models.vision_transformer import VisionTransformer
 from methods.far import replace_attention
 from workbench.analysis.attribution import attention_rollout, integrated_gradients, map_agreement, rollout_map
 from workbench.analysis.cka import hsic, layer_cka, layer_features, linear_cka, pooled_examples
-from workbench.analysis.comparison import compare_models, stamp_comparison
 from workbench.analysis.faithfulness import auc, deletion_insertion
 from workbench.analysis.predictions import prediction_agreement
+from workbench.analysis.teacher_vs_students import compare_models, stamp_comparison
 from workbench.analysis.token_agreement import token_map_agreement
 from workbench.models import create_model
 from workbench.provenance import DataSource, ModelSource

@@ -33,7 +33,8 @@ the keys as the reference's query does?". Between two maps of the *same* measure
 saliency vs FAR saliency) raw values are comparable, and ``normalize="none"`` scores the per-query
 magnitudes too (the bands); it refuses maps of different measures.
 
-No torch here: everything works on stores alone.
+Everything works on stores alone (the Jensen–Shannon divergence is
+:func:`workbench.analysis.token_agreement.row_js`, shared with the per-head agreement of the comparison).
 """
 
 from __future__ import annotations
@@ -128,14 +129,13 @@ def _pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _js(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Jensen–Shannon divergence (base 2) of distributions along the last axis."""
-    m = 0.5 * (p + q)
+    """Jensen–Shannon divergence (base 2) of distributions along the last axis, in float64: the one implementation,
+    :func:`workbench.analysis.token_agreement.row_js`."""
+    import torch
 
-    def kl(x: np.ndarray) -> np.ndarray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(x > 0, x * np.log2(x / m), 0.0).sum(-1)
+    from workbench.analysis.token_agreement import row_js
 
-    return 0.5 * kl(p) + 0.5 * kl(q)
+    return row_js(torch.as_tensor(p, dtype=torch.float64), torch.as_tensor(q, dtype=torch.float64)).numpy()
 
 
 def agreement(maps: xr.Dataset, *, reference: str, normalize: Normalize = "row") -> xr.Dataset:
