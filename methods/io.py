@@ -11,9 +11,10 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["atomic_path", "atomic_write_text", "atomic_save_safetensors", "atomic_torch_save"]
 
@@ -48,6 +49,8 @@ def atomic_save_safetensors(tensors: dict[str, torch.Tensor], path: str | Path, 
 
 def atomic_torch_save(obj: dict, path: str | Path) -> Path:
     """A tensors-only object (read back with ``torch.load(..., weights_only=True)``)."""
+    import torch  # here: the atomic text writers serve commands that never need torch (``workbench inspect``)
+
     with atomic_path(path) as tmp:
         torch.save(obj, tmp)
     return Path(path)

@@ -97,3 +97,16 @@ def test_run_examples_name_the_readme_runs():
         theirs = dict(zip(readme[argv[2]][3::2], readme[argv[2]][4::2]))
         shared = set(mine) & set(theirs)
         assert {k: mine[k] for k in shared} == {k: theirs[k] for k in shared}, " ".join(argv)
+
+
+def test_inspect_imports_no_torch(tmp_path):
+    import xarray as xr
+
+    from workbench.provenance import DataSource, ModelSource, stamp
+    from workbench.store import save
+
+    path = save(stamp(xr.Dataset({"v": ("sample", [1.0, 2.0])}), ModelSource("vit_demo", run="r"),
+                      DataSource("demo:val", (3, 4))), tmp_path / "s.nc")
+    got = _imported_after(f"from workbench.cli import main\nrc = main(['inspect', {str(path)!r}])", tmp_path)
+    assert got["rc"] == 0 and "weights:" in got["out"]
+    assert not {"torch", "timm"} & set(got["loaded"]), got["loaded"]  # (methods.io: atomic writes, no torch)
