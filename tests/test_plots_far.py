@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
-from test_compare import _maps  # noqa: E402
+from test_token_maps import _maps  # noqa: E402
 
 from workbench.analysis.token_maps import agreement, stack_maps  # noqa: E402
 from workbench.plots.far import plot_agreement, plot_cls_comparison, plot_retention, plot_token_maps  # noqa: E402

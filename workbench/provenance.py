@@ -100,7 +100,8 @@ def check_finite(ds: xr.Dataset, model: ModelSource) -> None:
 
     NaN *padding* is legitimate (heads a layer does not have, a CKA whose self-HSIC is not positive), so a
     variable holding some NaN passes; a model with non-finite weights or activations gives inf, or NaN in every
-    entry of its maps.
+    entry of its maps. A variable whose NaN has a meaning says so in its ``nan_means`` attr (accuracy on images
+    whose labels are unknown) and may be NaN everywhere.
 
     Raises:
         NonFiniteError: naming the variables, the model and the fix.
@@ -115,7 +116,7 @@ def check_finite(ds: xr.Dataset, model: ModelSource) -> None:
         n_inf = int(np.isinf(values).sum())
         if n_inf:
             bad.append(f"{name} has {n_inf} inf of {values.size}")
-        elif np.isnan(values).all():
+        elif np.isnan(values).all() and "nan_means" not in var.attrs:  # e.g. accuracy where no label is known
             bad.append(f"{name} is NaN everywhere ({values.size} values)")
     if bad:
         where = f"run {model.run!r}" if model.run else f"{model.name!r}" + (

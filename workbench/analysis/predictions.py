@@ -82,4 +82,6 @@ def prediction_agreement(logits: Mapping[str, torch.Tensor], *, reference: str,
     for k, u in units.items():
         ds[k].attrs["units"] = u
     ds["kl"].attrs["long_name"] = f"KL({reference} ‖ model)"
+    for k in ("correct", "accuracy"):
+        ds[k].attrs["nan_means"] = "the image's label is unknown"  # not a broken model (provenance.check_finite)
     return ds

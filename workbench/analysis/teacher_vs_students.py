@@ -442,6 +442,9 @@ def compare_models(teacher: nn.Module, students: Mapping[str, nn.Module], images
         out, rep_names = _compare_parts(models, images, lab, teacher_name, representations, cfg, notes, skipped,
                                         seconds, bar)
     result = xr.merge(out, join="outer", compat="no_conflicts", combine_attrs="drop") if out else xr.Dataset()
+    for part in out:  # the parts' own attrs are dropped by the merge; their variables' attrs (units, nan_means) stay
+        for name, var in part.data_vars.items():
+            result[name].attrs.update(var.attrs)
     result = result.reindex(model=list(models)) if "model" in result.dims else result
     if lab is not None and "sample" in result.dims:
         result = result.assign_coords(label=("sample", lab))
