@@ -92,10 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_run_flags(t, "retrain even if a complete run exists")
 
     a = add(sub, "analyze", "Run an analysis extractor on a model and images; write an xarray store.", EXAMPLES["analyze"])
-    from workbench.analysis import cli_options
-    from workbench.analysis import load_all as load_extractors
-
-    a.add_argument("kind", help=f"analysis name: {', '.join(sorted(k.replace('_', '-') for k in load_extractors()))}")
+    a.add_argument("kind", help="analysis name: attention, window-attention, dependency, retention, window-saliency, ...")
     a.add_argument("--model", required=True, help="run id/dir or timm name")
     a.add_argument("--checkpoint", default=None, help="local weights for a timm name (.safetensors, .pt, .pth)")
     a.add_argument("--images", default="demo:val[:8]",
@@ -104,6 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--out", required=True, help="store path (.nc)")
     a.add_argument("--layers", default=None, help="comma-separated block indices (default: all)")
     a.add_argument("--img-size", type=int, default=None, help="input resolution for timm models (e.g. 384)")
+    from workbench.analysis import cli_options
+
     for opt, kinds in cli_options().values():  # each extractor's own options (its registration declares them)
         a.add_argument(opt.flag, dest=f"x_{opt.name}", default=None, type=opt.type,
                        choices=list(opt.choices) if opt.choices else None, help=f"{', '.join(kinds)} only: {opt.help}")
