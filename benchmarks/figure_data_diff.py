@@ -11,6 +11,7 @@ given two such folders, prints for every data id which variables differ and by h
 
 ``compute`` runs one step at a time in this process on one torch thread (``--jobs 1``, the default), so two
 computations on the same machine do the same float arithmetic; with more jobs, steps run in worker processes.
+``--keep-going`` reports a failing step and computes the others (``diff`` then lists the missing ids).
 
 ``diff`` compares each numeric variable and coordinate at ``|a - b| <= atol + rtol * |b|`` (defaults
 ``rtol=1e-4``, ``atol=1e-6``: float32 noise of a reordered sum, not a changed computation); strings and other
@@ -35,8 +36,12 @@ TIMING_WORDS = ("latency", "seconds", "time", "throughput", "speedup")
 TIMING_IDS = ("compare.latency",)  # data that is all measured time (milliseconds and their ratios)
 
 
-def compute(out: Path, profile: str, jobs: int, device: str) -> None:
-    """Compute (or confirm as stored) every registered data id on ``profile`` and copy the stores to ``out``."""
+def compute(out: Path, profile: str, jobs: int, device: str, keep_going: bool = False) -> None:
+    """Compute (or confirm as stored) every registered data id on ``profile`` and copy the stores to ``out``.
+
+    ``keep_going``: a failing step is reported (and left out of ``out``, with the steps that need it) instead of
+    stopping the computation.
+    """
     import torch
 
     from workbench.figures import DATA, load_all
@@ -48,18 +53,43 @@ def compute(out: Path, profile: str, jobs: int, device: str) -> None:
     load_all()
     ids = sorted(DATA)
     t0 = time.perf_counter()
-    took = prepare(ids, jobs=jobs, profile=profile, device=device, log=lambda s: print(s, flush=True))
+    failed: dict[str, str] = {}
+    if keep_going:  # one step at a time here, as prepare(jobs=1) does, the timing (exclusive) steps last
+        import graphlib
+
+        from workbench.figures import closure
+
+        ctx = Context(profile, device, log=lambda s: print(s, flush=True))
+        order = list(graphlib.TopologicalSorter(closure(ids)).static_order())
+        took = {}
+        for i in [i for i in order if not DATA[i].exclusive] + [i for i in order if DATA[i].exclusive]:
+            if any(a in failed for a in DATA[i].needs()):
+                failed[i] = "needs a failed step"
+                continue
+            t1 = time.perf_counter()
+            try:
+                ctx.data(i)
+                took[i] = time.perf_counter() - t1
+            except Exception as e:  # noqa: BLE001 (reported, the others go on)
+                failed[i] = f"{type(e).__name__}: {e}"
+                print(f"[{i}] FAILED: {failed[i]}", flush=True)
+    else:
+        took = prepare(ids, jobs=jobs, profile=profile, device=device, log=lambda s: print(s, flush=True))
     wall = time.perf_counter() - t0
     ctx = Context(profile, device, log=lambda s: None)
     out.mkdir(parents=True, exist_ok=True)
     for i in ids:
         src = ctx.data_path(i)
+        if i in failed:
+            continue
         if not src.exists():
             raise SystemExit(f"{i}: no stored data at {src} after the computation")
         shutil.copyfile(src, out / f"{i}.nc")
     (out / "timings.json").write_text(json.dumps({"wall_seconds": wall, "steps": took, "profile": profile,
-                                                   "jobs": jobs}, indent=1, sort_keys=True))
-    print(f"{len(ids)} data ids of profile {profile!r} in {wall:.0f} s -> {out}")
+                                                   "jobs": jobs, "failed": failed}, indent=1, sort_keys=True))
+    print(f"{len(ids) - len(failed)} of {len(ids)} data ids of profile {profile!r} in {wall:.0f} s -> {out}")
+    for i, why in failed.items():
+        print(f"  {i}: {why}")
 
 
 def _is_timing(data_id: str, name: str) -> bool:
@@ -143,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--profile", default="smoke")
     c.add_argument("--jobs", type=int, default=1)
     c.add_argument("--device", default="cpu")
+    c.add_argument("--keep-going", action="store_true", help="report a failing step and go on with the others")
     d = sub.add_parser("diff", help="compare two compute folders")
     d.add_argument("before", type=Path)
     d.add_argument("after", type=Path)
@@ -150,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--atol", type=float, default=1e-6)
     args = p.parse_args(argv)
     if args.cmd == "compute":
-        compute(args.out, args.profile, args.jobs, args.device)
+        compute(args.out, args.profile, args.jobs, args.device, args.keep_going)
         return 0
     return diff(args.before, args.after, args.rtol, args.atol)
 

@@ -89,6 +89,8 @@ def test_unknown_option_missing_option_and_unknown_method_are_clear_errors(capsy
         run_method("toy", profile="smoke", ratio=0.5)
     with pytest.raises(ValueError, match="method 'slimswin' needs --ratio"):
         run_method("slimswin", profile="smoke")
+    with pytest.raises(ValueError, match="--ratio must be in the open interval"):  # Option.check: before any teacher
+        run_method("slimswin", "no-such-teacher", profile="smoke", ratio=1.5)
     with pytest.raises(KeyError, match="unknown method 'nope'"):
         run_method("nope")
     with pytest.raises(SystemExit) as e:  # argparse: a missing required flag

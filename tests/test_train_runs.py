@@ -96,6 +96,18 @@ def test_run_reuse_resume_and_conflict():
     assert open_run("unit-crash").status == "complete"
 
 
+def test_find_run_is_the_one_answer_to_is_this_a_run(tmp_path, monkeypatch):
+    from workbench.runs import Run, find_run
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))
+    run = ensure_run("found", {"a": 1}, lambda run: {"x": 1}, log=lambda s: None)
+    assert find_run("found").dir == find_run(str(run.dir)).dir == find_run(run).dir == run.dir
+    assert find_run("vit_demo") is None and find_run(str(tmp_path / "nowhere")) is None
+    assert isinstance(find_run("found"), Run)
+    with pytest.raises(RunError, match="no run 'vit_demo'"):
+        open_run("vit_demo")
+
+
 def test_a_run_in_use_by_another_process_waits_for_it(tmp_path):
     """The per-run lock (filelock) makes a second process wait until the first lets go, then reuse its work."""
     import time

@@ -1,0 +1,35 @@
+"""The figure context's reads: an extraction on a model that is no run is computed once and read back."""
+
+from __future__ import annotations
+
+import torch
+
+import methods.teachers  # noqa: F401
+from workbench.analysis import get_extractor, load_all
+
+
+def test_extract_on_a_model_that_is_no_run_is_stored_and_read_back(tmp_path, monkeypatch):
+    import timm
+
+    from workbench.figures.context import Context
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))
+    load_all()
+    builds = []
+
+    def build():
+        builds.append(1)
+        torch.manual_seed(0)
+        return timm.create_model("vit_demo", depth=2).eval()
+
+    ctx = Context("smoke", device="cpu", log=lambda s: None)
+    first = ctx.extract("attention", "vit_demo-depth2-seed0", build, "demo:val[:2]").load()
+    again = ctx.extract("attention", "vit_demo-depth2-seed0", build, "demo:val[:2]").load()
+    assert builds == [1]  # the second call read the store
+    assert first.attrs["model_name"] == "vit_demo-depth2-seed0" and first.attrs["analysis"] == "attention"
+    x = ctx.images("demo:val[:2]", build()).tensor
+    want = get_extractor("attention")(build(), x)  # an independent extraction of the same model and images
+    torch.testing.assert_close(torch.from_numpy(again["attention"].values), torch.from_numpy(want["attention"].values))
+    forced = Context("smoke", device="cpu", force=True, log=lambda s: None)
+    forced.extract("attention", "vit_demo-depth2-seed0", build, "demo:val[:2]")
+    assert len(builds) == 4  # --force recomputes (once per context)
