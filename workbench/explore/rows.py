@@ -120,12 +120,34 @@ class DatasetReader:
             raise ExploreError(f"{label!r}: the {kind!r} store has no {var!r} variable (variables: {list(ds.data_vars)}); "
                                "it is not an extractor's output or was cut down — re-run the analysis")
         self.label, self.ds, self.kind, self.var = label, ds, kind, var
+        self._arrays: dict = {}
+        source = ds.encoding.get("source")
+        self._source = str(source) if source and str(source).endswith(".nc") else None
+        self._disk_dims = {v: ds[v].dims for v in ds.data_vars}
+        self._h5 = None
         self.units = str(ds[var].attrs.get("units", ""))
         self.ids = image_ids(ds)
         if kind == "window_attention":
             self._init_window(masks)
         else:
             self._init_vit()
+
+    def array(self, var: str):
+        """``var`` as something numpy-indexable in the reader's dim order: the in-memory array, or for a store on
+        disk its HDF5 dataset (one hyperslab read per click; xarray's lazy indexing costs ~5 ms more per read)."""
+        if var not in self._arrays:
+            da = self.ds[var]
+            if self._source is None:
+                self._arrays[var] = da.values  # in memory already
+            elif self._disk_dims.get(var) == da.dims:
+                import h5py
+
+                if self._h5 is None:
+                    self._h5 = h5py.File(self._source, "r")
+                self._arrays[var] = self._h5[var]
+            else:
+                self._arrays[var] = da  # transposed view of a store: xarray's lazy indexing
+        return self._arrays[var]
 
     # ------------------------------------------------------------------ ViT-like token maps
     def _init_vit(self) -> None:
@@ -180,7 +202,7 @@ class DatasetReader:
         if self.kind == "window_attention":
             return self._window_rows(s, image_id, query)
         q = self._query_token(query)
-        row = np.asarray(self.ds[self.var][s, ..., q, :].values, dtype=np.float32)  # (layer[, branch], head, T)
+        row = np.asarray(self.array(self.var)[s, ..., q, :], dtype=np.float32)  # (layer[, branch], head, T)
         row = row.reshape(-1, *row.shape[-2:])  # (layer·branch, head, T)
         n_l, n_h, _ = row.shape
         gh, gw = self.grid
@@ -189,7 +211,7 @@ class DatasetReader:
         cell = (-1, -1) if query[0] != "patch" else _cell(query[1], query[2], gh, gw)
         outline = None
         if self.kind == "sparse_attention" and "mask" in self.ds:
-            m = np.asarray(self.ds["mask"][s, ..., q, :].values, dtype=bool).reshape(n_l, n_h, -1)
+            m = np.asarray(self.array("mask")[s, ..., q, :], dtype=bool).reshape(n_l, n_h, -1)
             outline = np.zeros((n_l, n_h, gh, gw), bool)
             outline[:, :, self.patch_yx[0], self.patch_yx[1]] = m[:, :, self.patch_keys]
         return ModelRows(self.label, image_id, maps, row[:, :, self.prefix_keys], row,
@@ -241,12 +263,12 @@ class DatasetReader:
         outline = np.zeros((n_l, n_h, gh, gw), bool)
         pruned = np.zeros((n_l, n_h), bool) if self.active is not None else None
         cells = np.zeros((n_l, 2), int)
-        arr = self.ds[self.var]
+        arr = self.array(self.var)
         for i in range(n_l):
             h, w = self.map_hw[i]
             y, x = _cell(query[1], query[2], h, w)
             win, q = np.argwhere((self.qyx[0][i] == y) & (self.qyx[1][i] == x))[0]  # the query's window and slot
-            row = np.asarray(arr[s, i, win, :, q, :].values, np.float32)  # (head, N)
+            row = np.asarray(arr[s, i, win, :, q, :], np.float32)  # (head, N)
             ky, kx = self.kyx[0][i, win], self.kyx[1][i, win]
             ok = ky >= 0  # padding tokens have no position
             stage = np.full((n_h, h, w), np.nan, np.float32)
