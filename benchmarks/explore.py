@@ -148,7 +148,7 @@ def main() -> None:
         target = 50 if r["tokens"] <= 197 else 100
         med = 1000 * statistics.median(r["later"])
         ok = "ok" if med <= target and max(r["sizes"]) <= 100_000 else "MISSED"
-        print(f"{r['tokens']:>6}  {r['source']:<18} {r['build']:>12.2f} {r["first"]:>13.3f} {med:>15.1f} "
+        print(f"{r['tokens']:>6}  {r['source']:<18} {r['build']:>12.2f} {r['first']:>13.3f} {med:>15.1f} "
               f"{1000 * max(r['later']):>12.1f} {max(r['sizes']) / 1000:>12.1f}  <= {target} ms, <= 100 KB: {ok}")
 
 
