@@ -86,7 +86,7 @@ def save_stores(state, root: Path) -> dict[str, Path]:
     for label, src in state.sources.items():
         assert isinstance(src, LiveModel)
         parts = [src.reader(i).ds for i in state.images.ids]
-        ds = xr.concat(parts, dim="sample")
+        ds = xr.concat(parts, dim="sample", data_vars="all")
         data = json.loads(parts[0].attrs["data"])
         source = DataSource(data["dataset"], [int(s) for s in ds["sample"].values])
         ds = stamp(ds, ModelSource(label, label, None, None), source)

@@ -154,6 +154,23 @@ def test_slimswin_greyed_heads_are_exactly_the_pruned_pairs(slimswin):
                 assert np.isnan(rows.maps[layer, 0][~inside]).all() and np.isfinite(rows.maps[layer, 0][inside]).all()
 
 
+def test_attentionlite_stage_maps_equal_the_at_maps_extractor(batch):
+    from workbench.analysis import get_extractor
+    from workbench.explore import build_state
+    from workbench.models import create_model
+
+    torch.manual_seed(6)
+    cnn, sa = create_model("cnn_demo").eval(), create_model("sa_resnet_demo").eval()
+    st = build_state(cnn, {"AttentionLite": sa}, SPEC)
+    for label, model in (("teacher", cnn), ("AttentionLite", sa)):
+        ref = get_extractor("at_maps")(model, batch.tensor)["at_map"].values  # (sample, stage, y, x)
+        for query in ((0, 0), (20, 9)):
+            rows = st.rows(label, image=2, query=st.query_token(query))
+            np.testing.assert_allclose(rows.maps[:, 0], ref[2], atol=1e-7)
+    agree = st.agreement()["AttentionLite"]
+    assert np.isfinite(agree["js"]).all() and (agree["js"] > 0).all()
+
+
 def test_agreement_matches_workbench_compare_definitions():
     from workbench.analysis.token_agreement import normalise_rows, row_js, row_topk_overlap
     from workbench.explore import state as st

@@ -67,6 +67,8 @@ def detect_kind(model: nn.Module) -> str:
         return "window_attention"
     if any(n.startswith("blocks.") and n.endswith("attn.hook_pattern") for n in names):
         return "attention"
+    if any(n.startswith("stages.") and n.endswith(".hook_out") for n in names):
+        return "at_maps"  # a CNN / SA-ResNet (AttentionLite): attention-transfer maps of its stages
     raise ExploreError(f"{type(model).__name__} has no token-to-token maps the explorer can show (no "
                        "blocks.{i}.attn.hook_pattern, Swin window attention or FAR substitutes); "
                        f"its hook points: {', '.join(names[:5]) or 'none'}")
@@ -108,8 +110,8 @@ class LiveModel:
             raise ExploreError(f"{label!r} is in training mode; call model.eval() (dropout would change the maps)")
         self.label, self.model, self.images, self.ids = label, model, images, list(ids)
         self.kind = detect_kind(model)
-        self.measure = {"attention": "attention", "dependency": "gradient saliency",
-                        "sparse_attention": "sparse attention", "window_attention": "window attention"}[self.kind]
+        self.measure = {"attention": "attention", "dependency": "gradient saliency", "sparse_attention": "sparse attention",
+                        "window_attention": "window attention", "at_maps": "attention-transfer map"}[self.kind]
         self._readers: dict[str, DatasetReader] = {}
         self._inputs: dict[str, tuple[list, list]] = {}
         if self.kind == "dependency" and self.per_query:

@@ -38,6 +38,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "dependency": ("dependency", "gradient saliency"),
     "sparse_attention": ("attention", "sparse attention"),
     "window_attention": ("attention", "window attention"),
+    "at_maps": ("at_map", "attention-transfer map"),
 }
 
 
@@ -129,6 +130,8 @@ class DatasetReader:
         self.ids = image_ids(ds)
         if kind == "window_attention":
             self._init_window(masks)
+        elif kind == "at_maps":
+            self._init_at()
         else:
             self._init_vit()
 
@@ -201,6 +204,8 @@ class DatasetReader:
         s = self.sample_index(image_id)
         if self.kind == "window_attention":
             return self._window_rows(s, image_id, query)
+        if self.kind == "at_maps":
+            return self._at_rows(s, image_id, query)
         q = self._query_token(query)
         row = np.asarray(self.array(self.var)[s, ..., q, :], dtype=np.float32)  # (layer[, branch], head, T)
         row = row.reshape(-1, *row.shape[-2:])  # (layer·branch, head, T)
@@ -216,6 +221,24 @@ class DatasetReader:
             outline[:, :, self.patch_yx[0], self.patch_yx[1]] = m[:, :, self.patch_keys]
         return ModelRows(self.label, image_id, maps, row[:, :, self.prefix_keys], row,
                          np.tile(np.array(cell), (n_l, 1)), outline)
+
+    # ------------------------------------------------------------------ AttentionLite: CNN stage maps
+    def _init_at(self) -> None:
+        """AT maps ψ (AttentionLite, Zagoruyko & Komodakis): one spatial map per residual stage, on the input pixels,
+        the same for every query (a CNN has no query token): a stage is a layer, with one "head"."""
+        ds = self.ds.transpose("sample", "stage", "y", "x")
+        self.ds = ds
+        self.prefix_kinds, self.branches, self.num_heads = (), False, 1
+        self.layer_labels = [f"stage {int(s)}" for s in ds["stage"].values]
+        self.grid = (int(ds.sizes["y"]), int(ds.sizes["x"]))
+
+    def _at_rows(self, s: int, image_id: str, query: Query) -> ModelRows:
+        maps = np.asarray(self.array(self.var)[s], np.float32)[:, None]  # (stage, 1, y, x)
+        n_l = maps.shape[0]
+        cell = _cell(query[1], query[2], *self.grid) if query[0] == "patch" else (-1, -1)
+        return ModelRows(self.label, image_id, maps, np.zeros((n_l, 1, 0), np.float32), maps.reshape(n_l, 1, -1),
+                         np.tile(np.array(cell), (n_l, 1)),
+                         notes=["attention-transfer maps do not depend on the query"])
 
     # ------------------------------------------------------------------ Swin window attention
     def _init_window(self, masks) -> None:

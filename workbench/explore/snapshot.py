@@ -94,7 +94,7 @@ def draw(view: dict, *, figsize_per_panel: float = 2.6):
     if not view["agreement"]:
         ax_js.text(0.5, 0.5, "one model: no agreement to show", ha="center", transform=ax_js.transAxes, fontsize=8)
     ax_js.set(xlabel="reference layer", ylabel="Jensen–Shannon (bits)", ylim=(0, 1),
-              title=f"agreement with {panels[0]['label']} for this query (head-averaged rows)")
+              title=f"agreement with {panels[0]['label']} for this query\n(head-averaged rows)")
     ax_top.set(xlabel="reference layer", ylabel="top-10% key overlap (share)", ylim=(0, 1.05))
     for ax in (ax_js, ax_top):
         ax.set_xticks(layers, view["ref_layers"], fontsize=7)
@@ -122,7 +122,7 @@ def draw(view: dict, *, figsize_per_panel: float = 2.6):
     ax.set_yticks([l * (gh + 1) + gh / 2 for l in range(n_l)], view["strip_layers"], fontsize=6)
     ax.set_xlabel("head", fontsize=7)
     ax.set_ylabel("layer", fontsize=7)
-    ax.set_title(f"{view['strip_label']}: every layer and head for this query (each scaled to its own max"
+    ax.set_title(f"{view['strip_label']}: every layer and head for this query\n(each scaled to its own max"
                  + ("; grey = pruned (window, head) pair" if pruned.any() else "") + ")", fontsize=8)
     cb = fig.colorbar(im, ax=ax, fraction=0.02)
     cb.set_label("share of the thumbnail's max", fontsize=6)
