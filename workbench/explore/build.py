@@ -8,7 +8,6 @@ names with ``checkpoints``), or loaded ``nn.Module`` / ``LoadedModel`` objects.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -173,7 +172,3 @@ def _live_sources(teacher, students, images, checkpoints, teacher_name, device, 
         out[label] = src
     return out
 
-
-def describe(stores: Mapping[str, Any]) -> str:
-    """JSON of the store paths (for exported code)."""
-    return json.dumps({k: (str(v) if not isinstance(v, (tuple, list)) else [str(x) for x in v]) for k, v in stores.items()})

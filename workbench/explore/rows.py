@@ -10,7 +10,9 @@ for every layer and head at once, placed on the model's patch grid:
   (kept keys, outlined);
 - ``window_attention`` (Swin, SlimSwin) — the query's window's attention placed on the stage map (keys outside
   the window are NaN: not attended), the window outlined, the map repeated onto the finest (stage-0) grid,
-  and, with a ``window_saliency`` Dataset's ``mask``, the pruned (window, head) pairs of the query's window.
+  and, with a ``window_saliency`` Dataset's ``mask``, the pruned (window, head) pairs of the query's window;
+- ``at_maps`` (AttentionLite's CNN teacher and SA-ResNet students) — attention-transfer maps ψ of every residual
+  stage on the input pixels (a stage is a layer with one head); the same for every query.
 
 A :class:`ModelRows` carries the id of the image its rows belong to (``dataset[index]``), so the state can
 refuse to draw a map over another image. Dataset readers (:class:`DatasetReader`) hold index tables built
