@@ -171,6 +171,23 @@ def test_attentionlite_stage_maps_equal_the_at_maps_extractor(batch):
     assert np.isfinite(agree["js"]).all() and (agree["js"] > 0).all()
 
 
+def test_another_patch_grid_maps_the_clicked_position_to_its_own_token(vit, batch):
+    from workbench.analysis import get_extractor
+    from workbench.explore import build_state
+    from workbench.models import create_model
+
+    torch.manual_seed(7)
+    coarse = create_model("vit_demo", patch_size=7).eval()  # 4 x 4 patches of the same 28 x 28 input
+    st = build_state(vit, {"coarse": coarse}, SPEC)
+    ref = get_extractor("attention")(coarse, batch.tensor)["attention"].values
+    # the centre of the teacher's cell (y, x) falls in the coarse cell: e.g. row 3 -> 3.5 / 7 * 4 = 2.0 -> row 2
+    for (y, x), (cy, cx) in {(0, 0): (0, 0), (6, 6): (3, 3), (3, 1): (2, 0), (4, 5): (2, 3)}.items():
+        rows = st.rows("coarse", image=0, query=st.query_token((y, x)))  # the teacher's 7 x 7 cell (y, x)
+        assert rows.query_cell[0].tolist() == [cy, cx]
+        np.testing.assert_allclose(rows.tokens, ref[0, :, :, _token(cy, cx, gw=4)], atol=1e-7)
+    assert np.isnan(st.agreement()["coarse"]["js"]).all()  # other keys: no agreement, not a wrong one
+
+
 def test_agreement_matches_workbench_compare_definitions():
     from workbench.analysis.token_agreement import normalise_rows, row_js, row_topk_overlap
     from workbench.explore import state as st
