@@ -152,6 +152,8 @@ def test_slimswin_greyed_heads_are_exactly_the_pruned_pairs(slimswin):
                 inside = (windows[layer] == win).repeat(16 // h, 0).repeat(16 // w, 1)
                 np.testing.assert_array_equal(rows.outline[layer, 0], inside)
                 assert np.isnan(rows.maps[layer, 0][~inside]).all() and np.isfinite(rows.maps[layer, 0][inside]).all()
+    agree = st.agreement()["SlimSwin"]  # over the query's window's keys
+    assert np.isfinite(agree["js"]).all() and (agree["js"] > 0).all()
 
 
 def test_attentionlite_stage_maps_equal_the_at_maps_extractor(batch):

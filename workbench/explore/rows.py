@@ -62,8 +62,8 @@ class ModelRows:
         maps: ``(layer, head, gh, gw)`` float32 values on the patch keys (NaN: a head the layer does not have, or
             a key outside the query's window).
         prefix: ``(layer, head, P)`` values on the prefix keys (CLS, dist), in ``prefix_kinds`` order.
-        tokens: ``(layer, head, T)`` the full rows in token order (prefix first), for agreement; None for window
-            attention (its keys are the window's, not the image's tokens).
+        tokens: ``(layer, head, T)`` the full rows in token order (prefix first), for agreement; for window
+            attention the row over the query's window's keys (comparable between a Swin and its pruned copy).
         query_cell: ``(layer, 2)`` the query's (row, column) on ``maps``' grid per layer; ``-1`` for a prefix query.
         outline: ``(layer, head, gh, gw)`` bool keys to outline (Sparsifiner's kept keys, Swin's window) or None.
         pruned: ``(layer, head)`` bool pruned (window, head) pairs of the query's window (SlimSwin) or None.
@@ -289,11 +289,13 @@ class DatasetReader:
         pruned = np.zeros((n_l, n_h), bool) if self.active is not None else None
         cells = np.zeros((n_l, 2), int)
         arr = self.array(self.var)
+        tokens = np.full((n_l, n_h, arr.shape[-1]), np.nan, np.float32)  # the window's keys, for agreement
         for i in range(n_l):
             h, w = self.map_hw[i]
             y, x = _cell(query[1], query[2], h, w)
             win, q = np.argwhere((self.qyx[0][i] == y) & (self.qyx[1][i] == x))[0]  # the query's window and slot
             row = np.asarray(arr[s, i, win, :, q, :], np.float32)  # (head, N)
+            tokens[i] = row
             ky, kx = self.kyx[0][i, win], self.kyx[1][i, win]
             ok = ky >= 0  # padding tokens have no position
             stage = np.full((n_h, h, w), np.nan, np.float32)
@@ -307,4 +309,4 @@ class DatasetReader:
             if pruned is not None:
                 pruned[i] = ~self.active[i, win]
                 pruned[i, self.heads_per_layer[i]:] = False
-        return ModelRows(self.label, image_id, maps, np.zeros((n_l, n_h, 0), np.float32), None, cells, outline, pruned)
+        return ModelRows(self.label, image_id, maps, np.zeros((n_l, n_h, 0), np.float32), tokens, cells, outline, pruned)

@@ -93,6 +93,9 @@ def draw(view: dict, *, figsize_per_panel: float = 2.6):
         ax_top.plot(layers, d["topk"], marker="o", label=label)
     if not view["agreement"]:
         ax_js.text(0.5, 0.5, "one model: no agreement to show", ha="center", transform=ax_js.transAxes, fontsize=8)
+    elif all(np.isnan(np.asarray(d["js"], float)).all() for d in view["agreement"].values()):
+        ax_js.text(0.5, 0.5, "no agreement: the students' keys are not the reference's tokens",
+                   ha="center", transform=ax_js.transAxes, fontsize=8)
     ax_js.set(xlabel="reference layer", ylabel="Jensen–Shannon (bits)", ylim=(0, 1),
               title=f"agreement with {panels[0]['label']} for this query\n(head-averaged rows)")
     ax_top.set(xlabel="reference layer", ylabel="top-10% key overlap (share)", ylim=(0, 1.05))

@@ -16,7 +16,8 @@ normalised to sum to 1 over the keys, then
 on the head-averaged rows (the mean of the heads' normalised rows), as ``workbench compare`` defines them
 (:mod:`workbench.analysis.token_agreement`, whose torch functions the tests hold these numpy ones to: exploring
 stores must not import torch). A student whose keys are not the reference's tokens (another grid, Swin windows)
-has no agreement (NaN, with a note).
+has no agreement (NaN, with a note). Swin window attention is compared over the query's window's keys (a SlimSwin
+student against its Swin teacher), AttentionLite's stage maps over the stage cells.
 """
 
 from __future__ import annotations
@@ -228,7 +229,8 @@ class ExploreState:
                 continue
             r = self.rows(label)
             res = {k: np.full(n_l, np.nan) for k in ("js", "topk", "js_head", "topk_head")}
-            if ref.tokens is not None and r.tokens is not None and ref.tokens.shape[-1] == r.tokens.shape[-1]:
+            same_keys = _keys(self.sources[self.reference]) == _keys(self.sources[label])
+            if same_keys and ref.tokens is not None and r.tokens is not None and ref.tokens.shape[-1] == r.tokens.shape[-1]:
                 k = max(1, int(round(TOPK * ref.tokens.shape[-1])))
                 for l in range(n_l):
                     t = normalise_rows(ref.tokens[l])  # (head, T)
@@ -333,6 +335,12 @@ class ExploreState:
         """The selected image as uint8 ``(H, W[, 3])``: its shape and bytes (sent once per image, not per click)."""
         img = np.clip(np.round(self.images.display[self.selection.image] * 255), 0, 255).astype(np.uint8)
         return list(img.shape), img.tobytes()
+
+
+def _keys(source) -> str:
+    """What a source's row keys are: image tokens, a Swin window's tokens, or CNN stage cells (comparable within one)."""
+    kind = getattr(source, "kind", "")
+    return {"window_attention": "window", "at_maps": "cells"}.get(kind, "tokens")
 
 
 def _num(x) -> float | None:
