@@ -112,7 +112,8 @@ class LiveModel:
         self.kind = detect_kind(model)
         self.measure = {"attention": "attention", "dependency": "gradient saliency", "sparse_attention": "sparse attention",
                         "window_attention": "window attention", "at_maps": "attention-transfer map"}[self.kind]
-        self._readers: dict[str, DatasetReader] = {}
+        self._readers: dict[str, DatasetReader] = {}  # image id -> its maps, the most recent last
+        self.keep_images = 2  # images whose maps are kept (going back to the previous image is free)
         self._inputs: dict[str, tuple[list, list]] = {}
         if self.kind == "dependency" and self.per_query:
             layout = vit_token_layout(model, tuple(images.shape[-2:]))
@@ -139,7 +140,9 @@ class LiveModel:
             ds = get_extractor(self.kind)(self.model, self.images[i:i + 1])  # FAR: every query's saliency at once
             ds = _tag(ds, image_id)
             masks = _pruning_masks(self.model) if self.kind == "window_attention" else None
-            self._readers = {image_id: DatasetReader(self.label, ds, masks)}  # keep one image: memory stays bounded
+            self._readers[image_id] = DatasetReader(self.label, ds, masks)
+            while len(self._readers) > self.keep_images:  # memory stays bounded: the oldest image goes
+                self._readers.pop(next(iter(self._readers)))
         return self._readers[image_id]
 
     def rows(self, image_id: str, query: Query) -> ModelRows:
