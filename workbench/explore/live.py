@@ -69,6 +69,11 @@ def detect_kind(model: nn.Module) -> str:
         return "attention"
     if any(n.startswith("stages.") and n.endswith(".hook_out") for n in names):
         return "at_maps"  # a CNN / SA-ResNet (AttentionLite): attention-transfer maps of its stages
+    import methods.slimswin as ss
+
+    if any(isinstance(m, ss.PrunedWindowAttention) for m in model.modules()):
+        raise ExploreError("this is SlimSwin's pruned (deploy) form, which computes only the active (window, head) pairs "
+                           "and so has no attention maps to show; explore the run's gated model (load_model(run_id))")
     raise ExploreError(f"{type(model).__name__} has no token-to-token maps the explorer can show (no "
                        "blocks.{i}.attn.hook_pattern, Swin window attention or FAR substitutes); "
                        f"its hook points: {', '.join(names[:5]) or 'none'}")
