@@ -18,6 +18,19 @@ Usage: PYTHONPATH=. python benchmarks/explore.py [--sizes 224 384] [--clicks 20]
 
 Timings are one run on whatever machine this is: on the shared 2-core development VM they are taken under load from
 other jobs (the load average is printed).
+
+Measured (one run, 2-core development VM under load, load average 12-19, one thread; 20 later clicks):
+
+    tokens  source             open/build s first click s later median ms later max ms KB per click
+       197  live                      22.74        27.325            15.8         24.0         19.4
+       197  stores (118 MiB)           0.67         0.013            16.9         29.2         19.4
+       577  live                     243.21       167.572            12.7         25.5         50.6
+       577  stores (977 MiB)           0.70         0.024            22.2         36.3         50.6
+
+Later clicks and bytes meet the targets everywhere. A live first click on a new image is dominated by FAR: its
+gradient-saliency dependency of every query of the image (the factored Jacobian, all queries at once); the attention
+students and the teacher need one hooked forward each (under a second at 197 tokens). Stores move that cost to
+`workbench analyze`.
 """
 
 from __future__ import annotations
