@@ -156,6 +156,22 @@ def test_slimswin_greyed_heads_are_exactly_the_pruned_pairs(slimswin):
     assert np.isfinite(agree["js"]).all() and (agree["js"] > 0).all()
 
 
+def test_nondeep_per_branch_rows_equal_the_attention_extractor(vit, batch):
+    from workbench.analysis import get_extractor
+    from workbench.explore import build_state
+    from workbench.models import create_model
+
+    torch.manual_seed(8)
+    branched = create_model("nondeep_branched", base="vit_demo").eval()  # 3 layers x 2 parallel branches
+    st = build_state(vit, {"Non-deep": branched}, SPEC)
+    assert st.sources["Non-deep"].layer_labels == ["0·b0", "0·b1", "1·b0", "1·b1", "2·b0", "2·b1"]
+    ref = get_extractor("attention")(branched, batch.tensor)["attention"].values  # (sample, layer, branch, head, q, k)
+    rows = st.rows("Non-deep", image=1, query=st.query_token((5, 2)))
+    np.testing.assert_allclose(rows.tokens, ref[1, :, :, :, _token(5, 2)].reshape(6, *ref.shape[3:4], -1), atol=1e-7)
+    st.select(layer=5)  # the teacher's last layer is the student's last (layer 2, branch 1) by relative depth
+    assert st.model_layer("Non-deep") == 5
+
+
 def test_attentionlite_stage_maps_equal_the_at_maps_extractor(batch):
     from workbench.analysis import get_extractor
     from workbench.explore import build_state
