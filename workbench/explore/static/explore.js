@@ -156,7 +156,7 @@ function agreementChart(state) {
   const names = Object.keys(state.agreement || {});
   if (!names.length) return box;
   const layers = state.ref_layers.length;
-  const W = 300, H = 110, L = 34, B = 22;
+  const W = 400, H = 110, L = 34, B = 22, PW = W - L - 110; // plot width; the legend at its right
   const colours = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
   for (const metric of ["js", "topk"]) {
     const c = document.createElement("canvas");
@@ -168,14 +168,14 @@ function agreementChart(state) {
     ctx.fillStyle = "white";
     ctx.fillRect(0, 0, W, H);
     ctx.strokeStyle = "#888";
-    ctx.strokeRect(L, 4, W - L - 6, H - B - 4);
+    ctx.strokeRect(L, 4, PW, H - B - 4);
     ctx.fillStyle = "#333";
     ctx.font = "10px sans-serif";
     ctx.fillText(metric === "js" ? "JS (bits)" : "top-10% overlap", L + 4, 14);
     ctx.fillText("1", L - 10, 10);
     ctx.fillText("0", L - 10, H - B);
-    ctx.fillText("layer", W / 2 - 10, H - 4);
-    const px = (i) => L + (layers > 1 ? i / (layers - 1) : 0.5) * (W - L - 12) + 3;
+    ctx.fillText("layer", L + PW / 2 - 10, H - 4);
+    const px = (i) => L + (layers > 1 ? i / (layers - 1) : 0.5) * (PW - 6) + 3;
     const py = (v) => 4 + (1 - v) * (H - B - 8);
     names.forEach((name, n) => {
       const vals = state.agreement[name][metric];
@@ -190,7 +190,7 @@ function agreementChart(state) {
       });
       ctx.stroke();
       vals.forEach((v, i) => { if (v !== null) ctx.fillRect(px(i) - 2, py(v) - 2, 4, 4); });
-      ctx.fillText(name, W - 90, 26 + 11 * n);
+      ctx.fillText(name, L + PW + 8, 14 + 12 * n);
     });
     ctx.strokeStyle = "#000";
     ctx.setLineDash([3, 3]);
