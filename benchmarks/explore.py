@@ -1,0 +1,179 @@
+"""Benchmark: the explorer's click -> payload latency and bytes per click, stores vs live models, from one run.
+
+A DeiT-S-sized teacher (timm ``deit_small_patch16_224``, random weights: ``pretrained=False``; 12 layers x 6 heads)
+with three students made from it — FAR (every attention replaced by a BiLSTM: gradient-saliency maps), Sparsifiner
+(sparse attention: maps + kept keys) and Non-deep (branched: 6 layers x 2 branches, per-branch maps) — at 224 x 224
+(197 tokens) and 384 x 384 (577 tokens), on two skimage photos, one CPU thread. For each size:
+
+- ``live``: :func:`workbench.explore.build_state` with the loaded models; **first click** on a new image (every
+  model runs its extractor once on that image: one hooked forward; FAR: the dependency of every query at once) and
+  **later clicks** (random patches: rows sliced from the per-image cache, agreement, payload);
+- ``stores``: the same maps saved as stores (``.nc``) and explored from them (opened lazily: a click reads one
+  hyperslab per model); first click on the second image and later clicks;
+- **bytes per click**: the binary buffers (float16 panels, uint8 outlines and thumbnails) plus the JSON dict.
+
+Targets (issue 21): later clicks <= 50 ms at 197 tokens and <= 100 ms at 577; <= 100 KB per click.
+
+Usage: PYTHONPATH=. python benchmarks/explore.py [--sizes 224 384] [--clicks 20] [--threads 1]
+
+Timings are one run on whatever machine this is: on the shared 2-core development VM they are taken under load from
+other jobs (the load average is printed).
+
+Measured (one run, 2-core development VM under load, load average 12-19, one thread; 20 later clicks):
+
+    tokens  source             open/build s first click s later median ms later max ms KB per click
+       197  live                      22.74        27.325            15.8         24.0         19.4
+       197  stores (118 MiB)           0.67         0.013            16.9         29.2         19.4
+       577  live                     243.21       167.572            12.7         25.5         50.6
+       577  stores (977 MiB)           0.70         0.024            22.2         36.3         50.6
+
+Later clicks and bytes meet the targets everywhere. A live first click on a new image is dominated by FAR: its
+gradient-saliency dependency of every query of the image (the factored Jacobian, all queries at once); the attention
+students and the teacher need one hooked forward each (under a second at 197 tokens). Stores move that cost to
+`workbench analyze`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def students_of(teacher_name: str, size: int) -> dict:
+    import methods.far as far
+    import methods.sparsifiner as sp
+    from workbench.models import create_model
+
+    torch.manual_seed(1)
+    far_model = far.replace_attention(create_model(teacher_name, img_size=size)).eval()
+    torch.manual_seed(2)
+    sparse = sp.replace_attention(create_model(teacher_name, img_size=size)).eval()
+    torch.manual_seed(3)
+    nondeep = create_model("nondeep_branched", base=teacher_name, img_size=size).eval()
+    return {"FAR": far_model, "Sparsifiner": sparse, "Non-deep": nondeep}
+
+
+def payload_bytes(state) -> int:
+    meta, buffers = state.payload()
+    return sum(len(b) for b in buffers.values()) + len(json.dumps(meta))
+
+
+def clicks(state, n: int, rng: np.random.Generator) -> tuple[list[float], list[int]]:
+    """Time ``n`` clicks on random patches (select + payload); returns seconds and bytes per click."""
+    gh, gw = state.sources[state.reference].grid
+    times, sizes = [], []
+    for _ in range(n):
+        y, x = int(rng.integers(gh)), int(rng.integers(gw))
+        t0 = time.perf_counter()
+        state.select(query=(y, x))
+        meta, buffers = state.payload()
+        times.append(time.perf_counter() - t0)
+        sizes.append(sum(len(b) for b in buffers.values()) + len(json.dumps(meta)))
+    return times, sizes
+
+
+def first_click(state, image: int) -> float:
+    t0 = time.perf_counter()
+    state.select(image=image)
+    state.payload()
+    return time.perf_counter() - t0
+
+
+def save_stores(state, root: Path) -> dict[str, Path]:
+    """Every live source's maps of both images, as stores."""
+    import xarray as xr
+
+    from workbench.explore.live import LiveModel
+    from workbench.provenance import DataSource, ModelSource, stamp
+    from workbench.store import save
+
+    out = {}
+    for label, src in state.sources.items():
+        assert isinstance(src, LiveModel)
+        parts = [src.reader(i).ds for i in state.images.ids]
+        ds = xr.concat(parts, dim="sample", data_vars="all")
+        data = json.loads(parts[0].attrs["data"])
+        source = DataSource(data["dataset"], [int(s) for s in ds["sample"].values])
+        ds = stamp(ds, ModelSource(label, label, None, None), source)
+        dims = ("sample", "img_y", "img_x", "rgb")[: state.images.display.ndim]
+        ds["image"] = (dims, state.images.display)
+        out[label] = save(ds, root / f"{label}.nc")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--teacher", default="deit_small_patch16_224")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[224, 384])
+    ap.add_argument("--images", default="skimage:astronaut,chelsea")
+    ap.add_argument("--clicks", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+
+    from workbench.explore import build_state
+    from workbench.models import create_model
+
+    print(f"torch threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.2f}")
+    print(HEADER, flush=True)
+    rng = np.random.default_rng(0)
+    rows = []
+    for size in args.sizes:
+        teacher = create_model(args.teacher, img_size=size).eval()
+        students = students_of(args.teacher, size)
+        t0 = time.perf_counter()
+        state = build_state(teacher, students, args.images, img_size=size)  # runs each model on image 0
+        build = time.perf_counter() - t0
+        tokens = state.sources["teacher"].reader(state.images.ids[0]).ds.sizes["key"]
+        first = first_click(state, 1)
+        later, sizes = clicks(state, args.clicks, rng)
+        rows.append(dict(tokens=tokens, source="live", build=build, first=first, later=later, sizes=sizes))
+        report(rows[-1])
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = save_stores(state, Path(tmp))
+            disk = sum(p.stat().st_size for p in paths.values())
+            del state
+            t0 = time.perf_counter()
+            stored = build_state(stores=paths)
+            build = time.perf_counter() - t0
+            stored.select(image=0)
+            stored.payload()
+            first = first_click(stored, 1)
+            later, sizes = clicks(stored, args.clicks, rng)
+            rows.append(dict(tokens=tokens, source=f"stores ({disk / 2**20:.0f} MiB)", build=build, first=first,
+                             later=later, sizes=sizes))
+            report(rows[-1])
+            for ds in (s.ds for s in stored.sources.values()):
+                ds.close()
+        print(f"{size} done, load average {os.getloadavg()[0]:.2f}", flush=True)
+
+    print(f"\n{args.teacher} (random weights) + FAR, Sparsifiner, Non-deep; {args.clicks} later clicks, "
+          f"{args.threads} thread(s); load average {os.getloadavg()[0]:.2f}")
+    print(HEADER)
+    for r in rows:
+        report(r)
+
+
+HEADER = (f"{'tokens':>6}  {'source':<18} {'open/build s':>12} {'first click s':>13} {'later median ms':>15} "
+          f"{'later max ms':>12} {'KB per click':>12}  target")
+
+
+def report(r: dict) -> None:
+    target = 50 if r["tokens"] <= 197 else 100
+    med = 1000 * statistics.median(r["later"])
+    ok = "ok" if med <= target and max(r["sizes"]) <= 100_000 else "MISSED"
+    print(f"{r['tokens']:>6}  {r['source']:<18} {r['build']:>12.2f} {r['first']:>13.3f} {med:>15.1f} "
+          f"{1000 * max(r['later']):>12.1f} {max(r['sizes']) / 1000:>12.1f}  <= {target} ms, <= 100 KB: {ok}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

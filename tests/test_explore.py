@@ -1,0 +1,384 @@
+"""workbench.explore: the state object against independent computations, bad input, the widget, stores without torch.
+
+Tiny random-weight demo models (vit_demo 7 x 7 patches, swin_demo 16 x 16 tokens): no training, no downloads.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = "demo:val[::400]"  # 3 digits of different classes
+
+
+@pytest.fixture(scope="module")
+def vit():
+    from workbench.models import create_model
+
+    torch.manual_seed(1)
+    return create_model("vit_demo").eval()
+
+
+@pytest.fixture(scope="module")
+def far_student():
+    import methods.far as far
+    from workbench.models import create_model
+
+    torch.manual_seed(2)
+    return far.replace_attention(create_model("vit_demo")).eval()
+
+
+@pytest.fixture(scope="module")
+def sparse_student():
+    import methods.sparsifiner as sp
+    from workbench.models import create_model
+
+    torch.manual_seed(3)
+    return sp.replace_attention(create_model("vit_demo")).eval()
+
+
+@pytest.fixture(scope="module")
+def slimswin():
+    """A gated demo Swin with about a third of its prunable (window, head) pairs pruned at random."""
+    import methods.slimswin as ss
+    from workbench.models import create_model
+
+    torch.manual_seed(4)
+    model = ss.add_gates(create_model("swin_demo")).eval()
+    gen = torch.Generator().manual_seed(5)
+    masks = [m if i >= 4 else torch.rand(m.shape, generator=gen) > 0.35 for i, m in enumerate(ss.get_masks(model))]
+    ss.set_mask(model, masks)
+    return model
+
+
+@pytest.fixture(scope="module")
+def batch():
+    from workbench.data import load_images
+
+    return load_images(SPEC, input_size=(1, 28, 28))
+
+
+@pytest.fixture(scope="module")
+def state(vit, far_student, sparse_student):
+    from workbench.explore import build_state
+
+    return build_state(vit, {"FAR": far_student, "Sparsifiner": sparse_student}, SPEC)
+
+
+def _token(y, x, gw=7, prefix=1):
+    return prefix + y * gw + x
+
+
+# ---------------------------------------------------------------------------------------------- rows
+@pytest.mark.parametrize("query,token", [("cls", 0), ((2, 5), _token(2, 5)), ((6, 0), _token(6, 0))])
+def test_attention_rows_equal_the_extractor_and_softmax_qk(state, vit, batch, query, token):
+    from methods.hooks import run_with_cache
+    from workbench.analysis import get_extractor
+
+    ds = get_extractor("attention")(vit, batch.tensor)
+    _, cache = run_with_cache(vit, batch.tensor, names="blocks.*.hook_mixer_in")
+    for image in range(len(batch.labels)):
+        rows = state.rows("teacher", image=image, query=state.query_token(query))
+        assert rows.image_id == f"demo:val[{batch.source.indices[image]}]"
+        np.testing.assert_allclose(rows.tokens, ds["attention"].values[image, :, :, token, :], rtol=0, atol=1e-7)
+        for layer, block in enumerate(vit.blocks):  # softmax(q kᵀ / √d) from the model's own q and k, float64
+            attn = block.attn
+            x = cache[f"blocks.{layer}.hook_mixer_in"][image:image + 1].double()
+            qkv = torch.nn.functional.linear(x, attn.qkv.weight.double(), attn.qkv.bias.double())
+            q, k, _ = qkv.reshape(1, x.shape[1], 3, attn.num_heads, -1).permute(2, 0, 3, 1, 4)  # (1, heads, T, d)
+            ref = torch.softmax(q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5, -1)[0, :, token]  # (heads, T)
+            np.testing.assert_allclose(rows.tokens[layer], ref.detach().numpy(), rtol=1e-4, atol=1e-6)
+        # the maps are the patch keys of the rows, placed on the grid; prefix keys apart
+        np.testing.assert_array_equal(rows.maps.reshape(*rows.maps.shape[:2], -1), rows.tokens[..., 1:])
+        np.testing.assert_array_equal(rows.prefix[..., 0], rows.tokens[..., 0])
+
+
+@pytest.mark.parametrize("mode", ["image", "query"])
+def test_far_rows_equal_the_dependency_extractor(vit, far_student, batch, mode):
+    from workbench.analysis import get_extractor
+    from workbench.explore.build import build_state
+    from workbench.explore.live import LiveModel
+
+    st = build_state(vit, {"FAR": far_student}, SPEC)
+    st.sources["FAR"] = LiveModel("FAR", far_student, batch.tensor, st.images.ids, dependency=mode)
+    ref = get_extractor("dependency")(far_student, batch.tensor, queries=[0, _token(3, 1)])
+    for image in (0, 2):
+        for i, query in enumerate(["cls", (3, 1)]):
+            rows = st.rows("FAR", image=image, query=st.query_token(query))
+            want = ref["dependency"].values[image, :, :, i, :]
+            np.testing.assert_allclose(rows.tokens, want, rtol=1e-4, atol=1e-6 * float(np.abs(want).max()))
+
+
+def test_sparsifiner_outline_is_the_kept_keys(state, sparse_student, batch):
+    from workbench.analysis import get_extractor
+
+    ds = get_extractor("sparse_attention")(sparse_student, batch.tensor)
+    rows = state.rows("Sparsifiner", image=1, query=state.query_token((4, 2)))
+    mask = ds["mask"].values[1, :, :, _token(4, 2), 1:].reshape(rows.outline.shape)
+    np.testing.assert_array_equal(rows.outline, mask)
+    np.testing.assert_allclose(rows.tokens, ds["attention"].values[1, :, :, _token(4, 2)], atol=1e-7)
+    assert (~mask).any() and mask.any()
+
+
+def test_slimswin_greyed_heads_are_exactly_the_pruned_pairs(slimswin):
+    import methods.slimswin as ss
+    from workbench.explore import build_state
+    from workbench.models import create_model
+
+    st = build_state(create_model("swin_demo").eval(), {"SlimSwin": slimswin}, "demo:val[:1]")
+    masks = [m.numpy() for m in ss.get_masks(slimswin)]
+    windows = [a.numpy() for a in ss.token_window_assignment(slimswin)]
+    geo = ss.swin_layers(slimswin)
+    assert sum((~m).sum() for m in masks) > 10  # something is pruned
+    for y in range(0, 16, 3):
+        for x in range(0, 16, 5):
+            rows = st.rows("SlimSwin", query=st.query_token((y, x)))  # the teacher's grid is 16 x 16 too
+            teacher = st.rows("teacher", query=st.query_token((y, x)))
+            assert not teacher.pruned.any() if teacher.pruned is not None else True
+            for layer, g in enumerate(geo):
+                h, w = g.resolution
+                win = windows[layer][y * h // 16, x * w // 16]
+                np.testing.assert_array_equal(rows.pruned[layer, :g.num_heads], ~masks[layer][win])
+                # the window is outlined: exactly the tokens of that window (on the stage map, repeated to 16 x 16)
+                inside = (windows[layer] == win).repeat(16 // h, 0).repeat(16 // w, 1)
+                np.testing.assert_array_equal(rows.outline[layer, 0], inside)
+                assert np.isnan(rows.maps[layer, 0][~inside]).all() and np.isfinite(rows.maps[layer, 0][inside]).all()
+    agree = st.agreement()["SlimSwin"]  # over the query's window's keys
+    assert np.isfinite(agree["js"]).all() and (agree["js"] > 0).all()
+
+
+def test_nondeep_per_branch_rows_equal_the_attention_extractor(vit, batch):
+    from workbench.analysis import get_extractor
+    from workbench.explore import build_state
+    from workbench.models import create_model
+
+    torch.manual_seed(8)
+    branched = create_model("nondeep_branched", base="vit_demo").eval()  # 3 layers x 2 parallel branches
+    st = build_state(vit, {"Non-deep": branched}, SPEC)
+    assert st.sources["Non-deep"].layer_labels == ["0·b0", "0·b1", "1·b0", "1·b1", "2·b0", "2·b1"]
+    ref = get_extractor("attention")(branched, batch.tensor)["attention"].values  # (sample, layer, branch, head, q, k)
+    rows = st.rows("Non-deep", image=1, query=st.query_token((5, 2)))
+    np.testing.assert_allclose(rows.tokens, ref[1, :, :, :, _token(5, 2)].reshape(6, *ref.shape[3:4], -1), atol=1e-7)
+    st.select(layer=5)  # the teacher's last layer is the student's last (layer 2, branch 1) by relative depth
+    assert st.model_layer("Non-deep") == 5
+
+
+def test_attentionlite_stage_maps_equal_the_at_maps_extractor(batch):
+    from workbench.analysis import get_extractor
+    from workbench.explore import build_state
+    from workbench.models import create_model
+
+    torch.manual_seed(6)
+    cnn, sa = create_model("cnn_demo").eval(), create_model("sa_resnet_demo").eval()
+    st = build_state(cnn, {"AttentionLite": sa}, SPEC)
+    for label, model in (("teacher", cnn), ("AttentionLite", sa)):
+        ref = get_extractor("at_maps")(model, batch.tensor)["at_map"].values  # (sample, stage, y, x)
+        for query in ((0, 0), (20, 9)):
+            rows = st.rows(label, image=2, query=st.query_token(query))
+            np.testing.assert_allclose(rows.maps[:, 0], ref[2], atol=1e-7)
+    agree = st.agreement()["AttentionLite"]
+    assert np.isfinite(agree["js"]).all() and (agree["js"] > 0).all()
+
+
+def test_another_patch_grid_maps_the_clicked_position_to_its_own_token(vit, batch):
+    from workbench.analysis import get_extractor
+    from workbench.explore import build_state
+    from workbench.models import create_model
+
+    torch.manual_seed(7)
+    coarse = create_model("vit_demo", patch_size=7).eval()  # 4 x 4 patches of the same 28 x 28 input
+    st = build_state(vit, {"coarse": coarse}, SPEC)
+    ref = get_extractor("attention")(coarse, batch.tensor)["attention"].values
+    # the centre of the teacher's cell (y, x) falls in the coarse cell: e.g. row 3 -> 3.5 / 7 * 4 = 2.0 -> row 2
+    for (y, x), (cy, cx) in {(0, 0): (0, 0), (6, 6): (3, 3), (3, 1): (2, 0), (4, 5): (2, 3)}.items():
+        rows = st.rows("coarse", image=0, query=st.query_token((y, x)))  # the teacher's 7 x 7 cell (y, x)
+        assert rows.query_cell[0].tolist() == [cy, cx]
+        np.testing.assert_allclose(rows.tokens, ref[0, :, :, _token(cy, cx, gw=4)], atol=1e-7)
+    assert np.isnan(st.agreement()["coarse"]["js"]).all()  # other keys: no agreement, not a wrong one
+
+
+def test_agreement_matches_workbench_compare_definitions():
+    from workbench.analysis.token_agreement import normalise_rows, row_js, row_topk_overlap
+    from workbench.explore import state as st
+
+    rng = np.random.default_rng(0)
+    p = rng.random((5, 50)) * (rng.random((5, 50)) > 0.5)
+    q = np.round(rng.random((5, 50)), 1)  # ties
+    pn, qn = st.normalise_rows(p), st.normalise_rows(q)
+    np.testing.assert_allclose(pn, normalise_rows(torch.from_numpy(p)).numpy())
+    np.testing.assert_allclose(st.row_js(pn, qn), row_js(torch.from_numpy(pn), torch.from_numpy(qn)).numpy(), atol=1e-12)
+    for k in (1, 5, 17):
+        np.testing.assert_array_equal(st.row_topk_overlap(pn, qn, k),
+                                      row_topk_overlap(torch.from_numpy(pn), torch.from_numpy(qn), k).numpy())
+
+
+def test_payload_holds_the_current_view_only(state):
+    state.select(query=(1, 1), head=None, layer=2)
+    meta, buffers = state.payload()
+    assert len(buffers["panels"]) == 3 * 49 * 2  # three float16 7 x 7 maps
+    assert len(buffers["outlines"]) == 49  # Sparsifiner's kept keys
+    assert len(buffers["strip"]) == 6 * 4 * 49  # uint8 thumbnails of one model
+    assert meta["query_label"] == "patch (1, 1)" and [p["label"] for p in meta["panels"]] == ["teacher", "FAR", "Sparsifiner"]
+    units = {p["label"]: p["units"] for p in meta["panels"]}
+    assert units["teacher"] == "probability" and "gradient" in units["FAR"]
+    teacher, far = meta["panels"][0], meta["panels"][1]
+    assert teacher["vmax"] == meta["panels"][2]["vmax"]  # shared scale per unit
+    panel0 = np.frombuffer(buffers["panels"], np.float16)[:49].astype(np.float32)
+    rows = state.rows("teacher")
+    np.testing.assert_allclose(panel0, rows.maps[2].mean(0).ravel(), rtol=1e-3)
+    assert far["vmax"] == pytest.approx(float(np.nanmax(state.rows("FAR").maps[2].mean(0))), rel=1e-6)
+
+
+# ------------------------------------------------------------------------------------------ bad input
+def _stamped(ds, batch, name="vit_demo"):
+    from workbench.provenance import ModelSource, stamp
+
+    ds = stamp(ds, ModelSource(name, "teacher", None, None), batch.source)
+    ds["image"] = (("sample", "img_y", "img_x"), batch.display)
+    return ds
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory, vit, far_student, batch):
+    from workbench.analysis import get_extractor
+    from workbench.store import save
+
+    root = tmp_path_factory.mktemp("explore_stores")
+    att = save(_stamped(get_extractor("attention")(vit, batch.tensor), batch), root / "vit.nc")
+    dep = save(_stamped(get_extractor("dependency")(far_student, batch.tensor), batch, "far"), root / "far.nc")
+    return {"teacher": att, "FAR": dep}
+
+
+def test_stores_serve_the_same_rows_as_live_models(stores, state):
+    from workbench.explore import build_state
+
+    st = build_state(stores=stores)
+    assert st.images.ids == state.images.ids
+    for query in ("cls", (5, 3)):
+        for label in ("teacher", "FAR"):
+            a = st.rows(label, image=1, query=st.query_token(query))
+            b = state.rows(label, image=1, query=state.query_token(query))
+            np.testing.assert_allclose(a.tokens, b.tokens, rtol=1e-5, atol=1e-7)
+
+
+def test_exploring_stores_imports_no_torch(stores, tmp_path):
+    code = f"""
+import sys
+from workbench.explore import explore
+w = explore(stores={json.dumps({k: str(v) for k, v in stores.items()})})
+w.view.click = [0.6, 0.3, 1]
+assert w.view.state["query_label"] == "patch (4, 2)", w.view.state["query_label"]
+w.export({str(tmp_path / 'view.png')!r})
+assert "torch" not in sys.modules, "exploring stores imported torch"
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"})
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr
+    assert (tmp_path / "view.png").stat().st_size > 10_000
+
+
+def test_a_map_is_never_drawn_over_another_image(stores, vit, batch):
+    from workbench.explore import ExploreError, build_state
+    from workbench.explore.rows import DatasetReader
+    from workbench.store import open_store
+
+    with pytest.raises(ExploreError, match="other images"):
+        build_state(vit, {}, "demo:val[1::400]", stores={"FAR store": stores["FAR"]})
+    reader = DatasetReader("FAR", open_store(stores["FAR"]))
+    with pytest.raises(ExploreError, match=r"not on image demo:val\[1\]; refusing"):
+        reader.rows("demo:val[1]", ("cls",))
+
+    class Liar:  # a source that answers with another image's rows
+        def __init__(self, inner):
+            self.inner = inner
+            for k in ("grid", "prefix_kinds", "layer_labels", "num_heads", "units", "measure"):
+                setattr(self, k, getattr(inner, k))
+
+        def rows(self, image_id, query):
+            other = [i for i in self.inner.ids if i != image_id][0]
+            return self.inner.rows(other, query)
+
+    st = build_state(stores={"teacher": stores["teacher"]})
+    st.sources["liar"] = Liar(st.sources["teacher"])
+    with pytest.raises(ExploreError, match="refusing to draw"):
+        st.rows("liar")
+
+
+def test_bad_inputs_get_clear_messages(stores, vit, tmp_path, batch):
+    import xarray as xr
+
+    from workbench.explore import ExploreError, build_state, explore
+    from workbench.models import create_model
+    from workbench.store import save
+
+    # a store without the map the view needs
+    preds = _stamped(xr.Dataset({"logits": (("sample", "class"), np.zeros((3, 10)))}).assign_attrs(analysis="predictions"), batch)
+    with pytest.raises(ExploreError, match=r"'P'.*analysis 'predictions'.*needs one of attention, dependency"):
+        build_state(stores={"teacher": stores["teacher"], "P": save(preds, tmp_path / "p.nc")})
+    cut = _stamped(xr.Dataset({"cls_attention": (("sample", "y"), np.zeros((3, 2)))}).assign_attrs(analysis="attention"), batch)
+    with pytest.raises(ExploreError, match="has no 'attention' variable"):
+        build_state(stores={"cut": save(cut, tmp_path / "cut.nc")})
+    with pytest.raises(ExploreError, match="does not exist"):
+        build_state(stores={"x": tmp_path / "missing.nc"})
+    # an image spec with no images
+    with pytest.raises(ExploreError, match="selects no images"):
+        build_state(vit, {}, "demo:val[5:5]")
+    # a student of another input size (the demo Swin takes 32 x 32, the demo ViT 28 x 28)
+    with pytest.raises(ExploreError, match=r"takes \(1, 28, 28\).*Swin.*\(1, 32, 32\)"):
+        build_state(vit, {"Swin": create_model("swin_demo").eval()}, SPEC)
+    # a query outside the grid, a head out of range
+    st = build_state(stores=stores)
+    with pytest.raises(ExploreError, match=r"query \(7, 2\) is outside the 7 x 7 patch grid of 'teacher'"):
+        st.select(query=(7, 2))
+    with pytest.raises(ExploreError, match="head 9 out of range"):
+        st.select(head=9)
+    with pytest.raises(ExploreError, match="no 'dist' token"):
+        st.select(query="dist")
+    # in a notebook the message is shown alone, without a traceback
+    err = ExploreError("x is wrong; do y")
+    assert err._render_traceback_() == ["ExploreError: x is wrong; do y"]
+    # the widget shows a bad click as a message instead of raising
+    w = explore(stores=stores)
+    w.view.click = [1.5, 0.2, 1]
+    assert "outside the image" in w.view.error
+
+
+def test_widget_click_layer_head_and_export(state, tmp_path):
+    from workbench.explore.widget import Explorer
+
+    w = Explorer(state)
+    w.view.click = [0.05, 0.95, 1]  # top right patch
+    assert w.view.state["query_label"] == "patch (0, 6)"
+    before = bytes(w.view.panels)
+    w.layer_slider.value = 4
+    w.head_menu.value = 1
+    assert w.view.state["layer"] == 4 and w.view.state["head"] == 1 and bytes(w.view.panels) != before
+    w.token_buttons[0].click()
+    assert w.view.state["query_label"] == "cls token"
+    out = w.export(tmp_path / "view.png")
+    assert out["png"].stat().st_size > 10_000
+    # the exported code redraws the view from its data
+    run = subprocess.run([sys.executable, out["code"].name], cwd=tmp_path, capture_output=True, text=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"})
+    assert run.returncode == 0, run.stderr
+    fig = w.snapshot()
+    titles = [ax.get_title() for ax in fig.axes]
+    assert any("FAR (gradient saliency)" in t and "layer 4, head 1" in t for t in titles)
+
+
+def test_import_workbench_stays_light():
+    code = "import sys, workbench; assert callable(workbench.explore); " \
+           "assert not {'torch', 'anywidget', 'ipywidgets'} & set(sys.modules), sorted(sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr

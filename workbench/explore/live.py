@@ -1,0 +1,190 @@
+"""Live models for the explorer: one forward per image keeps what the hook points give; a click slices it.
+
+For a model with attention (teacher ViT / DeiT, Sparsifiner, Non-deep, Swin / SlimSwin) the image's first
+click runs the matching extractor of :mod:`workbench.analysis` once (one hooked forward pass: every layer's
+probabilities for every query), and every later click on that image reads rows from it
+(:class:`~workbench.explore.rows.DatasetReader`, the same code that reads stores). For FAR, which has no
+attention, the image's first click runs the ``dependency`` extractor for every query at once (its factored
+Jacobian runs the LSTM adjoint for all queries together: for a DeiT-S-sized FAR at 197 tokens all 197 queries
+cost about twice one query), and later clicks slice it. With ``dependency="query"`` every click instead computes
+the clicked query's rows only, from each block's mixer input kept at the first click
+(``blocks.{i}.hook_mixer_in``, one forward), with the extractor's own
+:func:`workbench.analysis.dependency.dependency_factored`.
+
+SlimSwin's gated window attention (``methods.slimswin.GatedWindowAttention``) names no ``hook_pattern`` of its
+own; :func:`ensure_slimswin_hooks` registers the hook-point adapter that does (its ``attn_drop`` output, as for
+timm's ``WindowAttention``), so the ``window_attention`` extractor reads it, and the pruned pairs come from
+``methods.slimswin.get_masks``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn as nn
+import xarray as xr
+
+from methods.hooks import Site, adapter, hook_points
+from workbench.analysis import get_extractor
+from workbench.analysis.dependency import block_inputs, dependency_factored, dependency_loop, head_output_fn
+from workbench.analysis.tokens import vit_token_layout
+from workbench.explore.rows import DatasetReader, ExploreError, ModelRows, Query
+
+__all__ = ["LiveModel", "detect_kind", "ensure_slimswin_hooks"]
+
+_REGISTERED: list[bool] = []
+
+
+def ensure_slimswin_hooks() -> None:
+    """Give SlimSwin's gated / pruned window attention the ``hook_pattern`` of timm's (once per process)."""
+    if _REGISTERED:
+        return
+    import methods.slimswin as ss
+
+    def sites(attn: nn.Module) -> dict[str, Site]:
+        return {"hook_pattern": Site(attn.attn_drop, "output")}
+
+    adapter(ss.GatedWindowAttention)(sites)
+    _REGISTERED.append(True)
+
+
+def detect_kind(model: nn.Module) -> str:
+    """Which map the explorer shows for ``model``, from its hook points.
+
+    Raises:
+        ExploreError: a model with neither attention nor FAR substitutes (e.g. a CNN).
+    """
+    ensure_slimswin_hooks()
+    names = list(hook_points(model))
+    if any(n.endswith("attn.hook_lstm_in") for n in names):
+        return "dependency"
+    if any(n.endswith("attn.hook_mask") for n in names):
+        return "sparse_attention"
+    if any(n.startswith("layers.") and n.endswith("attn.hook_pattern") for n in names):
+        return "window_attention"
+    if any(n.startswith("blocks.") and n.endswith("attn.hook_pattern") for n in names):
+        return "attention"
+    if any(n.startswith("stages.") and n.endswith(".hook_out") for n in names):
+        return "at_maps"  # a CNN / SA-ResNet (AttentionLite): attention-transfer maps of its stages
+    import methods.slimswin as ss
+
+    if any(isinstance(m, ss.PrunedWindowAttention) for m in model.modules()):
+        raise ExploreError("this is SlimSwin's pruned (deploy) form, which computes only the active (window, head) pairs "
+                           "and so has no attention maps to show; explore the run's gated model (load_model(run_id))")
+    raise ExploreError(f"{type(model).__name__} has no token-to-token maps the explorer can show (no "
+                       "blocks.{i}.attn.hook_pattern, Swin window attention or FAR substitutes); "
+                       f"its hook points: {', '.join(names[:5]) or 'none'}")
+
+
+def _pruning_masks(model: nn.Module) -> dict[int, np.ndarray] | None:
+    import methods.slimswin as ss
+
+    masks = ss.get_masks(model)
+    if all(bool(m.all()) for m in masks):
+        return None  # nothing pruned (a plain Swin teacher): no heads to grey
+    return {i: m.numpy() for i, m in enumerate(masks)}
+
+
+def _tag(ds: xr.Dataset, image_id: str) -> xr.Dataset:
+    """``ds`` (one sample) labelled with its image: sample coord = dataset index, attr ``data``."""
+    dataset, _, index = image_id.rpartition("[")
+    i = int(index.rstrip("]"))
+    return ds.assign_coords(sample=[i]).assign_attrs(data=json.dumps({"dataset": dataset, "indices": [i]}))
+
+
+class LiveModel:
+    """A loaded model serving :class:`ModelRows` for the explorer's images.
+
+    Args:
+        label: the model's label.
+        model: eval-mode model.
+        images: ``(B, C, H, W)`` normalised images (the explorer's), on the model's device.
+        ids: ``dataset[index]`` of each image.
+    """
+
+    def __init__(self, label: str, model: nn.Module, images: torch.Tensor, ids: list[str],
+                 dependency: Literal["image", "query"] = "image"):
+        if dependency not in ("image", "query"):
+            raise ExploreError(f"dependency must be 'image' (every query of an image at its first click) or 'query' "
+                               f"(the clicked query only, each click), got {dependency!r}")
+        self.per_query = dependency == "query"
+        if model.training:
+            raise ExploreError(f"{label!r} is in training mode; call model.eval() (dropout would change the maps)")
+        self.label, self.model, self.images, self.ids = label, model, images, list(ids)
+        self.kind = detect_kind(model)
+        self.measure = {"attention": "attention", "dependency": "gradient saliency", "sparse_attention": "sparse attention",
+                        "window_attention": "window attention", "at_maps": "attention-transfer map"}[self.kind]
+        self._readers: dict[str, DatasetReader] = {}  # image id -> its maps, the most recent last
+        self.keep_images = 2  # images whose maps are kept (going back to the previous image is free)
+        self._inputs: dict[str, tuple[list, list]] = {}
+        if self.kind == "dependency" and self.per_query:
+            layout = vit_token_layout(model, tuple(images.shape[-2:]))
+            self.prefix_kinds, self.grid = layout.prefix_kinds, layout.grid
+            self.layout = layout
+            self.layer_labels = [str(i) for i in range(len(model.blocks))]
+            self.num_heads = max(int(getattr(b.attn, "num_heads", 1)) for b in model.blocks)
+            self.units = "gradient L2 norm w.r.t. LN1(x_l)"
+            self.branches = False
+        else:  # one forward on the first image gives the layout
+            r = self.reader(self.ids[0])
+            self.prefix_kinds, self.grid, self.layer_labels = r.prefix_kinds, r.grid, r.layer_labels
+            self.num_heads, self.units, self.branches = r.num_heads, r.units, r.branches
+
+    def _index(self, image_id: str) -> int:
+        if image_id not in self.ids:
+            raise ExploreError(f"{self.label!r} has no image {image_id} (its images: {', '.join(self.ids[:4])}, ...)")
+        return self.ids.index(image_id)
+
+    def reader(self, image_id: str) -> DatasetReader:
+        """The extractor's Dataset of one image, computed on first use (one forward pass)."""
+        if image_id not in self._readers:
+            i = self._index(image_id)
+            ds = get_extractor(self.kind)(self.model, self.images[i:i + 1])  # FAR: every query's saliency at once
+            ds = _tag(ds, image_id)
+            masks = _pruning_masks(self.model) if self.kind == "window_attention" else None
+            self._readers[image_id] = DatasetReader(self.label, ds, masks)
+            while len(self._readers) > self.keep_images:  # memory stays bounded: the oldest image goes
+                self._readers.pop(next(iter(self._readers)))
+        return self._readers[image_id]
+
+    def rows(self, image_id: str, query: Query) -> ModelRows:
+        if self.kind != "dependency" or not self.per_query:
+            return self.reader(image_id).rows(image_id, query)
+        return self._dependency_rows(image_id, query)
+
+    def _dependency_rows(self, image_id: str, query: Query) -> ModelRows:
+        if image_id not in self._inputs:
+            i = self._index(image_id)
+            blocks = self.model.blocks
+            fns = [head_output_fn(b, "mixer_input") for b in blocks]
+            with torch.no_grad():
+                inputs = block_inputs(self.model, self.images[i:i + 1], wrt="mixer_input")
+            self._inputs = {image_id: (fns, inputs)}
+        fns, inputs = self._inputs[image_id]
+        lay = self.layout
+        gh, gw = lay.grid
+        if query[0] == "patch":
+            y, x = min(gh - 1, int(query[1] * gh)), min(gw - 1, int(query[2] * gw))
+            q = lay.num_prefix + y * gw + x
+        else:
+            if query[0] not in lay.prefix_kinds:
+                raise ExploreError(f"{self.label!r} has no {query[0]!r} token (prefix tokens: {list(lay.prefix_kinds)})")
+            q = lay.prefix_kinds.index(query[0])
+        rows = []
+        for fn, x in zip(fns, inputs):
+            dep = dependency_factored(fn, x, [q]) if fn.factored else dependency_loop(fn, x, [q])  # (1, N, 1, T)
+            rows.append(dep[0, :, 0].float().cpu().numpy())
+        n_h = max(r.shape[0] for r in rows)
+        row = np.full((len(rows), n_h, lay.num_tokens), np.nan, np.float32)
+        for l, r in enumerate(rows):
+            row[l, : r.shape[0]] = r
+        ds = xr.Dataset({"dependency": (("sample", "layer", "head", "query", "key"), row[None, :, :, None])},
+                        coords={"sample": [0], "layer": np.arange(len(rows)), "head": np.arange(n_h),
+                                **{k: (d, v[[q]]) for k, (d, v) in lay.coords("query").items()},
+                                **lay.coords("key")})
+        ds["dependency"].attrs["units"] = self.units
+        ds = _tag(ds.assign_attrs(analysis="dependency"), image_id)
+        return DatasetReader(self.label, ds).rows(image_id, query)
