@@ -33,7 +33,13 @@ EXAMPLES = {
         "--student small=deit_small_patch16_224 --checkpoint small=deit_small.safetensors "
         "--images skimage:astronaut,chelsea,coffee,rocket --out stores/deit.nc"
     ),
-    "inspect": "workbench inspect stores/vit.nc",
+    "inspect": "workbench inspect stores/vit.nc\n  workbench inspect stores/val.zarr",
+    "stream": ("workbench analyze attention --model teacher-vit-demo --images demo:val --queries cls --dtype float16 "
+               "--out stores/val.zarr\n"
+               "  torchrun --nproc_per_node 2 -m workbench.cli analyze attention --model teacher-vit-demo --images demo:train "
+               "--out stores/train.zarr"),
+    "reduce": ("workbench reduce stores/val.zarr --over sample --by label --stat mean --out stores/val-class-means.nc\n"
+               "  workbench reduce stores/val.zarr --stat quantile --q 0.9 --scheduler tcp://10.0.0.5:8786 --out stores/q90.zarr"),
     "figures": "workbench figures --list\n  workbench figures --all\n  workbench figures --all --jobs 1\n"
                "  workbench figures teacher.fig1 far --profile smoke",
     "run": "workbench run far --teacher teacher-vit-demo\n  workbench run slimswin --ratio 0.33",
@@ -98,8 +104,12 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--images", default="demo:val[:8]",
                    help="image spec: demo:val[:16], demo:val[50::100] (a step: one digit per class), "
                         "skimage:astronaut,chelsea, or a folder (flat or class sub-folders)")
-    a.add_argument("--out", required=True, help="store path (.nc)")
+    a.add_argument("--out", required=True, help="store path: .nc (in memory, written at the end) or .zarr (streamed in "
+                                                 "chunks, resumable, several processes under torchrun)")
     a.add_argument("--layers", default=None, help="comma-separated block indices (default: all)")
+    from workbench.stream_cli import add_stream_flags
+
+    add_stream_flags(a)
     a.add_argument("--img-size", type=int, default=None, help="input resolution for timm models (e.g. 384)")
     a.add_argument("--wrt", default=None, choices=["mixer_input", "residual", "lstm_input"],
                    help="dependency only: differentiate by the token-mixer input (default), the block input, or FAR's "
@@ -128,7 +138,12 @@ def _parser() -> argparse.ArgumentParser:
     _add_device(c)
 
     i = add(sub, "inspect", "Summarise a store: variables, dims and provenance (checks that it opens).", EXAMPLES["inspect"])
-    i.add_argument("store", help="path of a .nc store")
+    i.add_argument("store", help="path of a .nc or .zarr store")
+
+    from workbench.stream_cli import add_reduce_parser
+
+    add_reduce_parser(add(sub, "reduce", "Reduce a store over samples (mean, std, quantile, top-k; per group with --by), "
+                          "lazily with dask; write a new store.", EXAMPLES["reduce"]))
 
     f = add(sub, "figures", "Regenerate paper figures and tables into figures/ with an index.", EXAMPLES["figures"])
     f.add_argument("ids", nargs="*", help="figure ids or paper prefixes (e.g. far.fig4, far)")
@@ -229,7 +244,10 @@ def cmd_run(args) -> int:
 
 def cmd_analyze(args) -> int:
     from workbench.analyze import run_analysis
+    from workbench.stream_cli import cmd_stream, streamed
 
+    if streamed(args):
+        return cmd_stream(args)
     opts = {}
     if args.layers:
         opts["layers"] = [int(x) for x in args.layers.split(",")]
@@ -282,11 +300,20 @@ def cmd_compare(args) -> int:
 
 def cmd_inspect(args) -> int:
     from workbench.store import open_store
+    from workbench.stream_cli import inspect_chunked
 
+    if inspect_chunked(args.store):
+        return 0
     ds = open_store(args.store)
     print(ds)
     ds.close()
     return 0
+
+
+def cmd_reduce(args) -> int:
+    from workbench.stream_cli import cmd_reduce as run
+
+    return run(args)
 
 
 def cmd_figures(args) -> int:
@@ -362,7 +389,7 @@ def cmd_figures(args) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handlers = {"info": cmd_info, "train": cmd_train, "analyze": cmd_analyze, "compare": cmd_compare,
-                "figures": cmd_figures, "inspect": cmd_inspect, "run": cmd_run}
+                "figures": cmd_figures, "inspect": cmd_inspect, "run": cmd_run, "reduce": cmd_reduce}
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:
