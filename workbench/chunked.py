@@ -23,9 +23,11 @@ This module is pure xarray + zarr (no torch): :mod:`workbench.store` opens a ``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -33,7 +35,7 @@ from typing import Literal
 import numpy as np
 import xarray as xr
 
-__all__ = ["DONE_DIR", "StreamLayout", "ChunkError", "is_chunked", "chunk_bounds", "shard", "write_template",
+__all__ = ["DONE_DIR", "StreamLayout", "ChunkError", "quiet", "is_chunked", "chunk_bounds", "shard", "write_template",
            "read_layout", "done_chunks", "write_chunk", "completeness", "open_chunked"]
 
 DONE_DIR = ".workbench-done"  # marker directory inside the store (zarr ignores it)
@@ -66,6 +68,16 @@ class StreamLayout:
     @classmethod
     def from_attr(cls, text: str) -> "StreamLayout":
         return cls(**json.loads(text))
+
+
+@contextlib.contextmanager
+def quiet():
+    """Silence zarr's notes that consolidated metadata and fixed-width strings are not yet in the v3 spec (both are
+    read back by zarr-python and xarray, which is all a workbench store needs)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*(Consolidated metadata|not part of the Zarr format 3|"
+                                                  "does not have a Zarr V3 specification).*")
+        yield
 
 
 def is_chunked(path: str | Path) -> bool:
@@ -107,7 +119,8 @@ def write_template(template: xr.Dataset, path: str | Path, layout: StreamLayout)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         ds = template.assign_attrs(stream=layout.to_attr())
-        ds.to_zarr(tmp, mode="w", compute=False, zarr_format=3, consolidated=True)
+        with quiet():
+            ds.to_zarr(tmp, mode="w", compute=False, zarr_format=3, consolidated=True)
         (tmp / DONE_DIR).mkdir()
         os.replace(tmp, path)
     finally:
@@ -125,7 +138,8 @@ def read_layout(path: str | Path) -> tuple[StreamLayout, dict]:
 
     path = Path(path)
     try:
-        attrs = dict(zarr.open_group(str(path), mode="r").attrs)
+        with quiet():
+            attrs = dict(zarr.open_group(str(path), mode="r").attrs)
     except Exception as err:
         raise ChunkError(f"{str(path)!r} is not a readable zarr store ({type(err).__name__}: {err}); "
                          "delete it and rerun the analysis that writes it") from None
@@ -175,7 +189,8 @@ def write_chunk(path: str | Path, i: int, data: xr.Dataset, layout: StreamLayout
         raise ChunkError(f"chunk {i} of {str(path)!r} covers {region.stop - region.start} along {dim!r}, but the data "
                          f"has {size}: regions must be whole chunks")
     extra = [v for v, x in data.variables.items() if dim not in x.dims]
-    data.drop_vars(extra + ([dim] if dim in data.coords else [])).to_zarr(path, region={dim: region}, mode="r+")
+    with quiet():
+        data.drop_vars(extra + ([dim] if dim in data.coords else [])).to_zarr(path, region={dim: region}, mode="r+")
     _mark_done(path, i)
 
 
@@ -206,7 +221,8 @@ def open_chunked(path: str | Path, *, partial: bool = False) -> xr.Dataset:
     if len(done) < layout.n_chunks and not partial:
         raise ChunkError(f"store {str(path)!r} is incomplete: {len(done)} of {layout.n_chunks} chunks written; rerun the "
                          "command that writes it to resume, or open it with partial=True for the complete chunks")
-    ds = xr.open_zarr(path, consolidated=True, zarr_format=3)
+    with quiet():
+        ds = xr.open_zarr(path, consolidated=True, zarr_format=3)
     if layout.layout == "sample":
         if len(done) < layout.n_chunks:
             keep = np.concatenate([np.arange(*chunk_bounds(layout, i)) for i in done]) if done else np.arange(0)

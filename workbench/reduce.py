@@ -80,20 +80,27 @@ def reduce_dataset(ds: xr.Dataset, *, over: str = "sample", by: str | None = Non
     data = ds[names]
     if key is not None:
         data = data.assign_coords({by: key})
+    def groups(data: xr.Dataset):  # flox map-reduce over the chunks of ``over``; the groups are known up front
+        from xarray.groupers import UniqueGrouper
+
+        return data.groupby({by: UniqueGrouper(labels=np.unique(key.values))})
+
     if stat in ("mean", "std"):
-        obj = data.groupby(by) if key is not None else data
+        obj = groups(data) if key is not None else data
         out = getattr(obj, stat)(over, keep_attrs=True)
-    elif stat == "quantile":
-        data = data.chunk({over: -1, **{d: "auto" for d in data.dims if d != over}})
-        obj = data.groupby(by) if key is not None else data
-        out = obj.quantile(q, dim=over, keep_attrs=True)
-    else:
+    else:  # quantile, topk: per group (a quantile needs all of a group's samples of an element in one block)
+        def one(part: xr.Dataset) -> xr.Dataset:
+            if stat == "topk":
+                return _topk(part, over, k)
+            part = part.chunk({over: -1, **{d: "auto" for d in part.dims if d != over}})
+            return part.quantile(q, dim=over, keep_attrs=True).drop_vars("quantile")
+
         if key is None:
-            out = _topk(data, over, k)
+            out = one(data)
         else:
-            groups = np.unique(key.values)
-            out = xr.concat([_topk(data.isel({over: np.flatnonzero(key.values == g)}), over, k) for g in groups],
-                            dim=xr.DataArray(groups, dims=by, name=by))
+            labels = np.unique(key.values)
+            out = xr.concat([one(data.isel({over: np.flatnonzero(key.values == g)}).drop_vars(by)) for g in labels],
+                            dim=xr.DataArray(labels, dims=by, name=by))
     out = out.drop_vars([c for c in out.coords if over in out[c].dims], errors="ignore")
     reduction = {"over": over, "by": by, "stat": stat, **({"q": q} if stat == "quantile" else {}),
                  **({"k": k} if stat == "topk" else {})}
