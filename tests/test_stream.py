@@ -58,7 +58,7 @@ def _cli(*args, nproc: int = 0, **popen) -> list[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WORKBENCH_PROGRESS": "0", "PYTHONWARNINGS": "ignore"}
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)] \
         if nproc else [sys.executable]
-    return launch + ["-m", "workbench.cli", *args], env
+    return launch + ["-m", "workbench.cli", "analyze", *args], env
 
 
 def _run_cli(*args, nproc: int = 0) -> None:
