@@ -267,3 +267,21 @@ def test_reduce_by_unknown_coordinate_is_refused(store, tmp_path, capsys):
     assert not out.exists()
     assert main(["reduce", str(store), "--over", "pixel", "--out", str(out)]) == 2
     assert "no dim 'pixel'" in capsys.readouterr().err and not out.exists()
+
+
+# ------------------------------------------------------------------------------------------- figure
+@pytest.mark.integration
+def test_dataset_scale_figure_draws_on_smoke(tmp_path):
+    """Trains the smoke teacher and the attention-keeping students, streams their CLS rows, draws scale.fig1."""
+    from workbench.cli import main
+
+    out = tmp_path / "figs"
+    assert main(["figures", "scale", "--profile", "smoke", "--device", "cpu", "--jobs", "1", "--out", str(out)]) == 0
+    assert (out / "scale.fig1.png").stat().st_size > 10_000
+    from workbench.figures.context import Context
+
+    ds = Context("smoke").data("scale.maps")
+    assert ds.sizes["label"] == 10 and ds["model"].values[0] == "teacher" and int(ds["images"].max()) == 100
+    assert np.isfinite(ds["cls_map"].values).all()
+    ent = ds["entropy"].sel(model="teacher").values
+    assert np.isfinite(ent).all() and (ent > 0).all() and (ent <= np.log(int(ds.attrs["keys"])) + 1e-9).all()

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal, Sequence
@@ -129,6 +130,7 @@ class ImageSource(Dataset):
             all_idx = demo_split_indices(split)
             self.positions = _positions(sl, len(all_idx))
             self.item_specs = [f"demo:{split}[{p}:{p + 1}]" for p in self.positions]
+            self.split = split
             self.dataset, self.indices = f"demo:{split}", all_idx[self.positions]
         elif base.startswith("skimage:"):
             names = [n for n in base.partition(":")[2].split(",") if n]
@@ -159,6 +161,17 @@ class ImageSource(Dataset):
         with Image.open(self.folder.files[p]) as img:
             image = img.convert("L" if self.input_size[0] == 1 else "RGB")
         return self.transform(image), int(self.folder.labels[p])
+
+    def __getitems__(self, items: list[int]) -> list[tuple[torch.Tensor, int]]:
+        """A batch in one :func:`~workbench.data.load_images` call where the items are evenly spaced demo images
+        (what the DataLoader's batches are); item by item otherwise."""
+        pos = self.positions[items]
+        step = int(pos[1] - pos[0]) if len(pos) > 1 else 0
+        if self.folder is not None or not self.dataset.startswith("demo") or step <= 0 or (np.diff(pos) != step).any():
+            return [self[i] for i in items]
+        batch = load_images(f"demo:{self.split}[{pos[0]}:{pos[-1] + 1}:{step}]", input_size=self.input_size,
+                            mean=self.mean, std=self.std)
+        return [(batch.tensor[j], int(batch.labels[j])) for j in range(len(items))]
 
     @property
     def source(self) -> DataSource:
@@ -221,8 +234,14 @@ def _entropy(ds: xr.Dataset) -> xr.Dataset:
     return xr.Dataset(out, attrs=ds.attrs)
 
 
-def _finish_batch(ds: xr.Dataset, labels: np.ndarray, opts: StreamOptions) -> xr.Dataset:
-    """Per-image data (cast to ``opts.dtype``) or, for mean/sum, the batch's float64 sums with ``count``."""
+def _finish_batch(ds: xr.Dataset, labels: np.ndarray, opts: StreamOptions, coords: bool = True) -> xr.Dataset:
+    """Per-image data (cast to ``opts.dtype``) or, for mean/sum, the batch's float64 sums with ``count``.
+
+    ``coords=False`` drops every coordinate first (the template has them; xarray's alignment of a dozen token
+    coords on every operation would cost more than the arithmetic).
+    """
+    if not coords:
+        ds = ds.drop_vars(list(ds.coords))
     if opts.reduce in ("mean", "sum"):
         sums = xr.Dataset({n: x.astype(np.float64).sum("sample", skipna=False).assign_attrs(x.attrs)
                            for n, x in ds.data_vars.items() if "sample" in x.dims and x.dtype.kind == "f"}, attrs=ds.attrs)
@@ -230,7 +249,7 @@ def _finish_batch(ds: xr.Dataset, labels: np.ndarray, opts: StreamOptions) -> xr
     if opts.reduce == "entropy":
         ds = _entropy(ds)
     dt = np.dtype(opts.dtype)
-    ds = ds.assign({n: x.astype(dt) for n, x in ds.data_vars.items() if x.dtype.kind == "f"})
+    ds = ds.assign({n: x.astype(dt) for n, x in ds.data_vars.items() if x.dtype.kind == "f" and x.dtype != dt})
     return ds.assign(label=("sample", np.asarray(labels, dtype=np.int64)))
 
 
@@ -240,7 +259,10 @@ def _chunk_data(parts: list[xr.Dataset], opts: StreamOptions) -> xr.Dataset:
         for p in parts[1:]:
             total = total + p  # batch order is fixed: the same sums on any number of ranks
         return xr.Dataset({n: x.expand_dims("chunk").assign_attrs(parts[0][n].attrs) for n, x in total.data_vars.items()})
-    return xr.concat(parts, "sample") if len(parts) > 1 else parts[0]
+    if len(parts) == 1:
+        return parts[0]
+    return xr.Dataset({n: (x.dims, np.concatenate([p[n].values for p in parts], axis=x.dims.index("sample")))
+                       for n, x in parts[0].data_vars.items() if "sample" in x.dims})
 
 
 def _template(first: xr.Dataset, layout: StreamLayout) -> xr.Dataset:
@@ -332,16 +354,16 @@ def stream_analysis(kind: str, model: str, images: str, out: str | Path, *, chec
     n = len(source)
     layout = StreamLayout(n, opts.chunk, "chunk" if opts.reduce in ("mean", "sum") else "sample", opts.reduce, opts.stored())
 
-    def run(idx: list[int]) -> xr.Dataset:
-        x, y = _collate([source[i] for i in idx]) if isinstance(idx, list) else idx
+    def run(idx, coords: bool = False) -> xr.Dataset:
+        x, y = _collate(source.__getitems__(idx)) if isinstance(idx, list) else idx
         targets = torch.as_tensor(y, device=dev) if (y >= 0).all() else None
         ds = extract_batch(kind, loaded.model, x.to(dev), targets, opts, **options)
-        return _finish_batch(ds, y, opts)
+        return _finish_batch(ds, y, opts, coords)
 
     first_idx = list(range(0, min(opts.batch_size, opts.chunk, n)))
     first, error = None, None
     if rank == 0:  # rank 0 writes the template (or checks the store it resumes) from the first batch's result
-        first = run(first_idx)
+        first = run(first_idx, coords=True)
         template = stamp(_template(_chunk_data([first], opts), layout), loaded.source, source.source)
         template.attrs["config"] = config_json(extractor=json.loads(first.attrs.get("config", "{}")),
                                                stream=json.loads(opts.stored()), options=options)
@@ -371,14 +393,21 @@ def stream_analysis(kind: str, model: str, images: str, out: str | Path, *, chec
     loader = DataLoader(source, batch_sampler=batches, num_workers=opts.workers if batches else 0, collate_fn=_collate)
     parts: list[xr.Dataset] = []
     chunk_of = {s: i for i in todo for s in range(*chunk_bounds(layout, i))}
-    for idx, (x, y) in zip(batches, loader):
-        parts.append(first if idx == first_idx else run((x, y)))
-        if bar is not None:
-            bar.update(len(idx))
-        i = chunk_of[idx[-1]]
-        if idx[-1] == chunk_bounds(layout, i)[1] - 1:  # the chunk is complete: write it, then its marker
-            write_chunk(out, i, _chunk_data(parts, opts), layout)
-            parts = []
+    with ThreadPoolExecutor(max_workers=1) as writer:  # a chunk is compressed and written while the next computes
+        pending = None
+        for idx, (x, y) in zip(batches, loader):
+            reuse = first is not None and idx == first_idx
+            parts.append(first.drop_vars(list(first.coords)) if reuse else run((x, y)))
+            if bar is not None:
+                bar.update(len(idx))
+            i = chunk_of[idx[-1]]
+            if idx[-1] == chunk_bounds(layout, i)[1] - 1:  # the chunk is complete: write it, then its marker
+                if pending is not None:
+                    pending.result()  # at most one chunk in flight: memory stays bounded
+                pending = writer.submit(write_chunk, out, i, _chunk_data(parts, opts), layout)
+                parts = []
+        if pending is not None:
+            pending.result()
     if bar is not None:
         bar.close()
     if world > 1:
