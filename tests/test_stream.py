@@ -285,3 +285,21 @@ def test_dataset_scale_figure_draws_on_smoke(tmp_path):
     assert np.isfinite(ds["cls_map"].values).all()
     ent = ds["entropy"].sel(model="teacher").values
     assert np.isfinite(ent).all() and (ent > 0).all() and (ent <= np.log(int(ds.attrs["keys"])) + 1e-9).all()
+
+
+def test_scale_plot_draws_from_a_dataset():
+    """The plot alone, on a synthetic figure Dataset (two models of different depth, NaN for the missing blocks)."""
+    import matplotlib.pyplot as plt
+
+    from workbench.plots.scale import plot_dataset_scale
+
+    rng = np.random.default_rng(0)
+    ent = rng.uniform(2, 3.9, (2, 20, 6))
+    ent[1, :, 3:] = np.nan  # the student has 3 blocks
+    ds = xr.Dataset({"cls_map": (("model", "label", "y", "x"), rng.dirichlet(np.ones(49), (2, 10)).reshape(2, 10, 7, 7)),
+                     "entropy": (("model", "sample", "layer"), ent)},
+                    coords={"model": ["teacher", "student"], "label": np.arange(10), "layer": np.arange(6),
+                            "last_layer": ("model", [5, 2]), "images": ("model", [20, 20])}, attrs={"keys": 50})
+    fig = plot_dataset_scale(ds)
+    assert len(fig.axes) == 2 * 10 + 2  # maps, colour bar, entropy
+    plt.close(fig)
