@@ -43,7 +43,16 @@ import torch
 import xarray as xr
 from torch.utils.data import DataLoader, Dataset
 
-from workbench.chunked import ChunkError, StreamLayout, chunk_bounds, done_chunks, read_layout, shard, write_chunk, write_template
+from workbench.chunked import (
+    ChunkError,
+    StreamLayout,
+    chunk_bounds,
+    done_chunks,
+    read_layout,
+    shard,
+    write_chunk,
+    write_template,
+)
 from workbench.data import DataError, demo_split_indices, load_images, scan_image_folder
 from workbench.provenance import DataSource, config_json, stamp
 
