@@ -225,7 +225,7 @@ def main() -> None:
                   f"{r_big['rss_mb']:.0f} MB: ratio {r_big['rss_mb'] / r_small['rss_mb']:.3f} (target <= 1.10); "
                   f"{args.big / r_big['seconds']:.0f} img/s")
             print(f"7. store size on disk: {args.small} images {du_mb(small):.0f} MB, {args.big} images {du_mb(big):.0f} MB "
-                  f"(float32 full maps of vit_demo, zstd; {du_mb(big) * 2**20 / args.big / 1e3:.0f} kB per image)")
+                  f"(float32 full maps of vit_demo, blosc lz4 + bitshuffle; {du_mb(big) * 2**20 / args.big / 1e3:.0f} kB per image)")
         if "rate" not in skip:
             r = in_process(args, tmp)
             print(f"2. streamed {r['stream_img_s']:.0f} img/s vs plain forward with the same capture "

@@ -71,6 +71,7 @@ def _sa_resnet():
 # name -> (model factory, input shape (B, C, H, W), layers subset to test)
 CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...], list[int]]] = {
     "attention": (_vit, (2, 1, 28, 28), [0, 2]),
+    "attention_rows": (_vit, (2, 1, 28, 28), [0, 2]),
     "window_attention": (_swin, (2, 1, 32, 32), [0, 1]),
     "retention": (_far, (2, 1, 28, 28), [0, 2]),
     "dependency": (_far, (2, 1, 28, 28), [0, 2]),
