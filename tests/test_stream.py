@@ -230,7 +230,7 @@ def test_resume_into_another_analysis_or_model_is_refused(tmp_path, ckpt, other_
     assert _snapshot(out) == before  # nothing written
 
 
-def test_region_written_twice_or_unaligned_is_refused(tmp_path, ckpt):
+def test_region_written_twice_or_unaligned_is_refused(tmp_path, ckpt, capsys):
     out = _stream(tmp_path / "a.zarr", ckpt, queries="cls")
     layout, _ = read_layout(out)
     ds = open_store(out).load()
@@ -244,6 +244,11 @@ def test_region_written_twice_or_unaligned_is_refused(tmp_path, ckpt):
         write_chunk(out, 1, ds.isel(sample=slice(8, 13)), layout)
     before.pop(".workbench-done/chunk-000001")
     assert _snapshot(out) == before
+    from workbench.cli import main
+
+    assert main(["inspect", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "2/3 chunks" in printed and "INCOMPLETE" in printed
 
 
 def test_zarr_without_provenance_is_refused(tmp_path, ckpt):
@@ -303,3 +308,11 @@ def test_scale_plot_draws_from_a_dataset():
     fig = plot_dataset_scale(ds)
     assert len(fig.axes) == 2 * 10 + 2  # maps, colour bar, entropy
     plt.close(fig)
+
+
+def test_streaming_flags_need_a_zarr_store(tmp_path, capsys):
+    from workbench.cli import main
+
+    out = tmp_path / "x.nc"
+    assert main(["analyze", "attention", "--model", "vit_demo", "--queries", "cls", "--out", str(out)]) == 2
+    assert "--queries apply to streamed stores only" in capsys.readouterr().err and not out.exists()
