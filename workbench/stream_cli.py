@@ -76,6 +76,8 @@ def cmd_stream(args) -> int:
 
         done, total = completeness(path)
         print(f"wrote {path} ({done}/{total} chunks)")
+    if dist.is_initialized():
+        dist.destroy_process_group()
     return 0
 
 
