@@ -316,3 +316,17 @@ def test_streaming_flags_need_a_zarr_store(tmp_path, capsys):
     out = tmp_path / "x.nc"
     assert main(["analyze", "attention", "--model", "vit_demo", "--queries", "cls", "--out", str(out)]) == 2
     assert "--queries apply to streamed stores only" in capsys.readouterr().err and not out.exists()
+
+
+def test_stream_a_flat_folder_of_images(tmp_path, ckpt):
+    """A folder is read file by file (timm's eval transform); labels unknown (-1)."""
+    from PIL import Image
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(5):
+        Image.fromarray(rng.integers(0, 255, (40, 36, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    ds = open_store(_stream(tmp_path / "f.zarr", ckpt, images=f"{folder}[1:]", queries="cls", chunk=2, batch_size=2))
+    assert ds.sizes["sample"] == 4 and list(ds.sample.values) == [1, 2, 3, 4] and (ds.label.values == -1).all()
+    np.testing.assert_allclose(ds.attention.sum("key").values, 1, rtol=1e-5)
