@@ -86,8 +86,9 @@ def reduce_dataset(ds: xr.Dataset, *, over: str = "sample", by: str | None = Non
         return data.groupby({by: UniqueGrouper(labels=np.unique(key.values))})
 
     if stat in ("mean", "std"):
-        obj = groups(data) if key is not None else data
-        out = getattr(obj, stat)(over, keep_attrs=True)
+        with xr.set_options(use_flox=True):  # the graph is built here: flox's map-reduce for the groups
+            obj = groups(data) if key is not None else data
+            out = getattr(obj, stat)(over, keep_attrs=True)
     else:  # quantile, topk: per group (a quantile needs all of a group's samples of an element in one block)
         def one(part: xr.Dataset) -> xr.Dataset:
             if stat == "topk":
