@@ -103,8 +103,11 @@ def inspect_chunked(store: str) -> bool:
         raise StoreError(str(err)) from None
     done, total = completeness(store)
     state = "complete" if done == total else "INCOMPLETE: rerun the command that writes it to resume"
-    print(f"{store}: {done}/{total} chunks of {layout.chunk} images written ({layout.n_samples} images, layout "
-          f"{layout.layout!r}, reduce {layout.reduce!r}); {state}")
+    if total == 0:  # a `workbench reduce` result, written whole
+        print(f"{store}: written whole by `workbench reduce` (statistic {layout.reduce!r}); complete")
+    else:
+        print(f"{store}: {done}/{total} chunks of {layout.chunk} images written ({layout.n_samples} images, layout "
+              f"{layout.layout!r}, reduce {layout.reduce!r}); {state}")
     ds = open_store(store, partial=True)
     print(ds)
     ds.close()
