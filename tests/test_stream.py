@@ -141,7 +141,7 @@ def test_two_torchrun_ranks_equal_one_process_bit_for_bit(tmp_path, ckpt, kind, 
 @pytest.mark.integration
 def test_kill_9_then_rerun_equals_uninterrupted(tmp_path, ckpt):
     out = tmp_path / "killed.zarr"
-    args = ["attention", "--model", "vit_demo", "--checkpoint", ckpt, "--images", "demo:val[:240]", "--batch-size", "2",
+    args = ["attention", "--model", "vit_demo", "--checkpoint", ckpt, "--images", "demo:val[:960]", "--batch-size", "2",
             "--chunk", "8", "--workers", "0", "--device", "cpu", "--out", str(out)]
     cmd, env = _cli(*args)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -156,9 +156,9 @@ def test_kill_9_then_rerun_equals_uninterrupted(tmp_path, ckpt):
         open_store(out)
     partial = open_store(out, partial=True)
     assert partial.sizes["sample"] == 8 * done
-    _stream(out, ckpt, images="demo:val[:240]", batch_size=2)  # the same command, resumed
+    _stream(out, ckpt, images="demo:val[:960]", batch_size=2)  # the same command, resumed
     assert completeness(out) == (total, total)
-    _assert_same(open_store(out).load(), open_store(_stream(tmp_path / "clean.zarr", ckpt, images="demo:val[:240]",
+    _assert_same(open_store(out).load(), open_store(_stream(tmp_path / "clean.zarr", ckpt, images="demo:val[:960]",
                                                             batch_size=2)).load())
 
 
