@@ -47,6 +47,7 @@ ESTIMATES: dict[str, dict[str, float]] = {
         "slimswin.saliency": 1,
         "slimswin.sweep": 91,
         "slimswin.table1": 0,
+        "scale.maps": 40,  # not yet timed on demo: 21 s on smoke (5 models x 100 images, start-up included), scaled
         "sparsifiner.agreement": 2,
         "sparsifiner.basis": 1,
         "sparsifiner.flops": 0,
