@@ -26,9 +26,9 @@ LAYERS = {
     "workbench": 1,  # workbench/__init__ (the version)
     "workbench.models": 2,
     "workbench.analysis": 3, "workbench.plots": 3, "workbench.pipelines": 3,
-    "workbench.analyze": 4, "workbench.compare": 4, "workbench.explore": 4,
+    "workbench.analyze": 4, "workbench.compare": 4, "workbench.explore": 4, "workbench.stream": 4, "workbench.reduce": 4,
     "workbench.figures": 5,
-    "workbench.cli": 6,
+    "workbench.cli": 6, "workbench.stream_cli": 6,
 }
 
 

@@ -35,7 +35,13 @@ EXAMPLES = {
         "--student small=deit_small_patch16_224 --checkpoint small=deit_small.safetensors "
         "--images skimage:astronaut,chelsea,coffee,rocket --out stores/deit.nc"
     ),
-    "inspect": "workbench inspect stores/vit.nc",
+    "inspect": "workbench inspect stores/vit.nc\n  workbench inspect stores/val.zarr",
+    "stream": ("workbench analyze attention --model teacher-vit-demo --images demo:val --queries cls --dtype float16 "
+               "--out stores/val.zarr\n"
+               "  torchrun --nproc_per_node 2 -m workbench.cli analyze attention --model teacher-vit-demo --images demo:train "
+               "--out stores/train.zarr"),
+    "reduce": ("workbench reduce stores/val.zarr --over sample --by label --stat mean --out stores/val-class-means.nc\n"
+               "  workbench reduce stores/val.zarr --stat quantile --q 0.9 --scheduler tcp://10.0.0.5:8786 --out stores/q90.zarr"),
     "figures": "workbench figures --list\n  workbench figures --all\n  workbench figures --all --jobs 1\n"
                "  workbench figures teacher.fig1 far --profile smoke",
     "run": "workbench run far --teacher teacher-vit-demo\n  workbench run slimswin --teacher teacher-swin-demo --ratio 1/3",
@@ -106,7 +112,13 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     if command == "compare":
         _compare_flags(c)
     i = add(sub, "inspect", "Summarise a store: variables, dims and provenance (checks that it opens).", EXAMPLES["inspect"])
-    i.add_argument("store", help="path of a .nc store")
+    i.add_argument("store", help="path of a .nc or .zarr store")
+    r = add(sub, "reduce", "Reduce a store over samples (mean, std, quantile, top-k; per group with --by), lazily with "
+            "dask; write a new store.", EXAMPLES["reduce"])
+    if command == "reduce":
+        from workbench.stream_cli import add_reduce_parser
+
+        add_reduce_parser(r)
     f = add(sub, "figures", "Regenerate paper figures and tables into figures/ with an index.", EXAMPLES["figures"])
     if command == "figures":
         _figures_flags(f)
@@ -132,8 +144,12 @@ def _analyze_flags(a: argparse.ArgumentParser) -> None:
     a.add_argument("--images", default="demo:val[:8]",
                    help="image spec: demo:val[:16], demo:val[50::100] (a step: one digit per class), "
                         "skimage:astronaut,chelsea, or a folder (flat or class sub-folders)")
-    a.add_argument("--out", required=True, help="store path (.nc)")
+    a.add_argument("--out", required=True, help="store path: .nc (in memory, written at the end) or .zarr (streamed in "
+                                                 "chunks, resumable, several processes under torchrun)")
     a.add_argument("--layers", default=None, help="comma-separated block indices (default: all)")
+    from workbench.stream_cli import add_stream_flags
+
+    add_stream_flags(a)
     a.add_argument("--img-size", type=int, default=None, help="input resolution for timm models (e.g. 384)")
     from workbench.analysis import cli_options
 
@@ -268,7 +284,10 @@ def cmd_run(args) -> int:
 
 def cmd_analyze(args) -> int:
     from workbench.analyze import run_analysis
+    from workbench.stream_cli import cmd_stream, streamed
 
+    if streamed(args):
+        return cmd_stream(args)
     opts = {}
     if args.layers:
         opts["layers"] = [int(x) for x in args.layers.split(",")]
@@ -328,11 +347,20 @@ def cmd_compare(args) -> int:
 
 def cmd_inspect(args) -> int:
     from workbench.store import open_store
+    from workbench.stream_cli import inspect_chunked
 
+    if inspect_chunked(args.store):
+        return 0
     ds = open_store(args.store)
     print(ds)
     ds.close()
     return 0
+
+
+def cmd_reduce(args) -> int:
+    from workbench.stream_cli import cmd_reduce as run
+
+    return run(args)
 
 
 def cmd_figures(args) -> int:
@@ -418,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser(_command(argv)).parse_args(argv)
     handlers = {"info": cmd_info, "train": cmd_train, "analyze": cmd_analyze, "compare": cmd_compare,
-                "figures": cmd_figures, "inspect": cmd_inspect, "run": cmd_run}
+                "figures": cmd_figures, "inspect": cmd_inspect, "run": cmd_run, "reduce": cmd_reduce}
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning

@@ -5,8 +5,12 @@ store here is written once and read many times, and a single file makes the atom
 (write ``.name.tmp`` beside it, then ``os.replace``), is one attachment to share, and HDF5 checks
 its own structure on open, so a truncated or damaged file is detected rather than half-read.
 ``xarray.open_dataset`` reads it lazily (variables load on first access), which keeps large
-attention tensors out of memory until a plot asks for a slice. zarr's strengths - parallel chunk
-writes and cloud object stores - are not needs of this workbench.
+attention tensors out of memory until a plot asks for a slice.
+
+At dataset scale (tens of thousands of images, several processes) a store is a chunked **zarr v3**
+directory, ``NAME.zarr``, written chunk by chunk by :mod:`workbench.stream` (parallel chunk writes,
+done markers, resume) and read lazily as dask arrays; its layout is :mod:`workbench.chunked`.
+:func:`open_store` opens both kinds with the same provenance attrs.
 
 Encoding notes: netCDF attributes cannot be ``None`` (stored as ``"null"``) and booleans are
 stored as int8 with xarray's ``dtype: bool`` encoding, so a round trip is exact.
@@ -65,17 +69,24 @@ def save(ds: xr.Dataset, path: str | Path) -> Path:
     return path
 
 
-def open_store(path: str | Path, *, load: bool = False) -> xr.Dataset:
-    """Open a store lazily (``load=True`` reads everything and closes the file).
+def open_store(path: str | Path, *, load: bool = False, partial: bool = False) -> xr.Dataset:
+    """Open a store lazily: ``.nc`` (variables load on access) or ``.zarr`` (dask arrays, complete chunks only).
+
+    ``load=True`` reads everything and closes the file; ``partial=True`` opens the complete chunks of an
+    incomplete ``.zarr`` store (:func:`workbench.chunked.open_chunked`) instead of refusing it.
 
     Raises:
-        StoreError: missing file, damaged file, or missing provenance attrs.
+        StoreError: missing file, damaged file, incomplete zarr store, or missing provenance attrs.
     """
+    from workbench.chunked import ChunkError, is_chunked, open_chunked
+
     path = Path(path).expanduser()
     if not path.exists():
         raise StoreError(f"store {str(path)!r} does not exist; create it with `workbench analyze ... --out {path}`")
     try:
-        ds = xr.open_dataset(path, engine="h5netcdf")
+        ds = open_chunked(path, partial=partial) if is_chunked(path) else xr.open_dataset(path, engine="h5netcdf")
+    except ChunkError as err:
+        raise StoreError(str(err)) from None
     except Exception as err:
         raise StoreError(
             f"store {str(path)!r} is damaged or not a workbench store ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "

@@ -1,0 +1,90 @@
+"""A figure only a dataset-scale analysis gives: class-mean CLS attention and attention entropy over the held-out set.
+
+Eight images show where one digit is read from; a class mean over the whole held-out set (100
+images per class on the demo profile) shows where the model reads a *class* from, and the spread of
+the CLS row's entropy over a thousand images shows whether a compressed student attends more
+sharply or more diffusely than its teacher, block by block. Both come from streamed, chunked stores
+(:mod:`workbench.stream`, ``--queries cls``: one attention row per head, computed beside the fused
+attention where the blocks are timm's) reduced lazily (:mod:`workbench.reduce`).
+
+Models: the demo ViT teacher and the compressed ViT students that keep attention probabilities
+(:data:`METHODS`: Sparsifiner's sparse attention, Non-deep's parallel branches -- averaged over
+branches). FAR replaces attention by LSTMs and has no attention rows, so it is not shown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import xarray as xr
+
+from workbench.figures import STUDENTS, dataset, figure
+from workbench.figures.context import Context
+
+#: student methods whose models have attention rows to compare with the teacher's
+METHODS = ("sparsifiner", "nondeep")
+#: images per profile: the whole held-out set on demo, a tenth of it on smoke
+IMAGES = {"demo": "demo:val", "smoke": "demo:val[::10]", "paper": "demo:val"}
+
+
+def _students() -> list:
+    return [s for s in STUDENTS.values() if s.teacher == "vit" and s.method in METHODS]
+
+
+def _after() -> tuple[str, ...]:
+    return ("teacher.vit", *dict.fromkeys(a for s in _students() for a in s.after))
+
+
+def model_stats(ctx: Context, run, images: str) -> xr.Dataset:
+    """Stream the CLS attention rows of ``run`` over ``images`` into a zarr store (reused while its weights are the
+    same), then reduce: the class-mean CLS map of the last block, and the per-image, per-block CLS row entropy."""
+    from workbench.reduce import compute, reduce_dataset
+    from workbench.store import open_store
+    from workbench.stream import StreamOptions, stream_analysis
+
+    ctx.use_run(run)
+    sha = (run.manifest.get("checkpoint_sha256") or "none")[:12]
+    key = hashlib.sha256(f"{run.id}|{sha}|{images}".encode()).hexdigest()[:12]
+    path = ctx.store_dir / "scale" / f"cls-{run.id}-{key}.zarr"
+    stream_analysis("attention", run.id, images, path, device=ctx.device, progress=False,
+                    opts=StreamOptions(queries="cls", batch_size=50, chunk=100, workers=0))
+    ds = open_store(path)
+    head_dims = [d for d in ("branch", "head") if d in ds.dims]
+    last = int(ds["layer"].values[-1])
+    means = compute(reduce_dataset(ds[["cls_attention", "label"]].sel(layer=last), by="label", stat="mean"), progress=False)
+    cls_map = means["cls_attention"].mean(head_dims)  # (label, y, x)
+    p = ds["attention"].isel(query=0).astype(np.float64)  # (sample, layer, [branch,] head, key)
+    ent = -(p * np.log(p.where(p > 0, 1.0))).sum("key", skipna=False).mean(head_dims)  # (sample, layer)
+    ent = compute(ent.drop_vars([c for c in ent.coords if c not in ("sample", "layer")]), progress=False)
+    return xr.Dataset({"cls_map": cls_map.drop_vars([c for c in cls_map.coords if c not in ("label", "y", "x")]),
+                       "entropy": ent}, coords={"last_layer": last, "images": ds.sizes["sample"],
+                                                "keys": ds.sizes["key"]})
+
+
+@dataset("scale.maps", after=_after)
+def scale_maps(ctx: Context) -> xr.Dataset:
+    """Teacher and students: class-mean last-block CLS maps and per-block CLS entropies over the held-out images."""
+    images = IMAGES[ctx.profile.name]
+    parts = {"teacher": model_stats(ctx, ctx.teacher("vit"), images)}
+    for spec in _students():
+        parts[spec.label] = model_stats(ctx, spec.run(ctx), images)
+    ds = xr.concat(list(parts.values()), dim=xr.DataArray(list(parts), dims="model", name="model"), join="outer",
+                   coords="different", compat="equals")
+    ds["cls_map"].attrs.update(units="probability", long_name="class-mean CLS-to-patch attention, last block, head mean")
+    ds["entropy"].attrs.update(units="nats", long_name="entropy of the CLS attention row, head mean")
+    return ds.assign_attrs(images=images, keys=int(ds["keys"].max()))
+
+
+def _plot(ds: xr.Dataset):
+    from workbench.plots.scale import plot_dataset_scale
+
+    return plot_dataset_scale(ds)
+
+
+figure("scale.fig1", paper="workbench", data="scale.maps", plot=_plot,
+       caption="Dataset-scale attention of the demo ViT teacher and its attention-keeping students over the held-out "
+               "set (demo profile: all 1000 images). Top: the CLS-to-patch attention of each model's last block, "
+               "averaged over heads and over every image of a class. Bottom: per block, the distribution over images of "
+               "the entropy of the CLS attention row (head mean; dashed: uniform attention). Streamed into chunked zarr "
+               "stores with --queries cls and reduced with dask (workbench.stream, workbench.reduce).")
