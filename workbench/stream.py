@@ -373,7 +373,11 @@ def stream_analysis(kind: str, model: str, images: str, out: str | Path, *, chec
     first, error = None, None
     if rank == 0:  # rank 0 writes the template (or checks the store it resumes) from the first batch's result
         first = run(first_idx, coords=True)
-        template = stamp(_template(_chunk_data([first], opts), layout), loaded.source, source.source)
+        # provenance from the (small, numpy) first batch: stamping the dask template could compute it whole
+        attrs = stamp(first, loaded.source, source.source).attrs
+        template = _template(_chunk_data([first], opts), layout).assign_attrs(attrs)
+        if layout.layout == "sample":
+            template = template.assign_coords(sample=np.asarray(source.source.indices, dtype=np.int64))
         template.attrs["config"] = config_json(extractor=json.loads(first.attrs.get("config", "{}")),
                                                stream=json.loads(opts.stored()), options=options)
         template.attrs["analysis"] = kind
