@@ -43,7 +43,12 @@ def sparse_student():
     from workbench.models import create_model
 
     torch.manual_seed(3)
-    return sp.replace_attention(create_model("vit_demo")).eval()
+    model = sp.replace_attention(create_model("vit_demo")).eval()
+    for mod in model.modules():  # a spread of predictor coefficients (as a trained one has): with the paper's rule of
+        if isinstance(mod, sp.SparsifinerAttention):  # discarding zero scores an untrained predictor keeps no key
+            torch.nn.init.normal_(mod.predictor.w_down, std=1.0)
+            torch.nn.init.normal_(mod.predictor.w_up, std=0.05)
+    return model
 
 
 @pytest.fixture(scope="module")

@@ -293,6 +293,8 @@ def _maps_part(models: Mapping[str, nn.Module], images: torch.Tensor, reference:
     )
     for m, u in (("js", "bits"), ("topk", "fraction"), ("spearman", "rank correlation")):
         ds[f"map_{m}"].attrs["units"] = ds[f"map_{m}_avg"].attrs["units"] = u
+        for v in (f"map_{m}", f"map_{m}_avg"):  # a student without maps lining up: NaN, said in the notes attr
+            ds[v].attrs["nan_means"] = "the model has no token map lining up with the teacher's (notes attr)"
     return ds
 
 
