@@ -115,7 +115,8 @@ def _comparison(arch: str):
         b = BUDGETS[ctx.profile.name]
         teacher, runs, models = _models(ctx, arch)
         ds = compare_loaded(models, b.images, ig_steps=b.ig_steps, steps=b.steps, attributions=b.attributions,
-                            infidelity=False)
+                            infidelity=False, correspondence={s.label: s.blocks for s in students_of(arch)
+                                                              if s.blocks is not None})
         held = compare_loaded(models, b.agreement_images, parts=("predictions",))
         specs = {s.label: s for s in students_of(arch)}
         order = list(ds["model"].values)
@@ -239,7 +240,7 @@ def table1(*datasets: xr.Dataset) -> Table:
             rows.append({
                 "student": m, "method": str(sel["method"].values), "teacher": ds.attrs["teacher_run"],
                 "top-1 % (teacher)": f"{100 * float(sel['val_acc']):.1f} ({100 * t['val_acc']:.1f})",
-                "params (× teacher)": f"{_fmt_count(float(sel['params']))} ({float(sel['params']) / t['params']:.2f}×)",
+                "weights (× teacher)": f"{_fmt_count(float(sel['params']))} ({float(sel['params']) / t['params']:.2f}×)",
                 "MACs (× teacher)": f"{_fmt_count(float(sel['macs']))} ({float(sel['macs']) / t['macs']:.2f}×)",
                 "CPU latency × teacher": "–" if ratio is None else f"{ratio:.2f}",
                 "CKA": f"{float(cka.sel(model=m)):.2f}",
@@ -284,6 +285,14 @@ def table1(*datasets: xr.Dataset) -> Table:
         "IG deletion / insertion AUC: area under the probability of the teacher's predicted class as the most attributed "
         "pixels are deleted (lower = more faithful) or inserted into a blurred image (higher = more faithful), each "
         "model with its own Integrated Gradients maps.",
+        "weights: every weight the model (its deploy form where it registers one) stores — parameters plus floating-"
+        "point persistent buffers (a deploy form's sliced weights and biases); not masks, indices, caches or BatchNorm "
+        "statistics. SlimSwin's deploy form stores each kept (window group, head) rectangle's q/k/v rows and "
+        "relative-position bias (shift mask baked in) separately, so a head kept in several window groups is stored "
+        "several times and the form can hold more weights than the teacher. MACs: what the counted form executes "
+        "(Sparsifiner: its sparse path, kept query-key pairs only, equal to sparsifiner.table2's executed column).",
+        "token-map ρ of a student of another depth (Non-deep): its block i against the last teacher block of the "
+        "group it replaces (the student's declared correspondence), mean over its blocks.",
         "CPU latency: batch 1, one thread, median of " + (f"{int(lat.attrs['rounds'])} interleaved rounds"
                                                           if "rounds" in lat.attrs else "interleaved rounds")
         + ", measured after every other preparation step with no training alongside (figures were being drawn on the "
@@ -308,7 +317,9 @@ figure("compare.fig1", paper=PAPER, data=_DATA, plot=plot_fig1,
 figure("compare.fig2", paper=PAPER, data=_DATA, plot=plot_fig2,
        caption="Token-map agreement with the teacher's attention, per teacher block: Spearman rank correlation (top) "
                "and Jensen–Shannon divergence in bits (bottom) of head-averaged token-to-token maps, mean ± sd over the "
-               "images. Students with attention are compared by their attention probabilities; attention-free students "
+               "images. A student of another depth (Non-deep) declares which teacher blocks each of its blocks replaces; its "
+               "block is scored against the last of them and plotted there (Non-deep 3×2 at teacher blocks 1, 3, 5; "
+               "2×3 at 2, 5). Students with attention are compared by their attention probabilities; attention-free students "
                "(FAR) by their gradient-saliency dependency, against which the teacher's own saliency-vs-attention "
                "agreement (dashed) is the ceiling. Students without an attention hook are listed under the panel.")
 figure("compare.fig3", paper=PAPER, data=_DATA, plot=plot_fig3,
@@ -323,6 +334,6 @@ figure("compare.fig4", paper=PAPER, data=_DATA, plot=plot_fig4,
                "in the legend; grey dotted: the teacher with a random map (chance).")
 figure("compare.table1", paper=PAPER, kind="table", data=(*_DATA, "compare.latency"), plot=table1,
        caption="One row per compressed model of every method: held-out top-1 beside its teacher's, parameters and MACs "
-               "(ratio to the teacher), single-thread CPU latency ratio to the teacher, mean CKA at matched depth, "
+               "(ratio to the teacher; weights wherever stored, MACs executed by the deploy form), single-thread CPU latency ratio to the teacher, mean CKA at matched depth, "
                "token-map agreement, top-1 agreement and KL on the held-out set, and Integrated Gradients "
                "deletion / insertion AUC beside the teacher's.")

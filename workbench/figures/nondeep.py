@@ -22,7 +22,7 @@ import json
 import numpy as np
 import xarray as xr
 
-from workbench.figures import dataset, figure, student
+from workbench.figures import consecutive_groups, dataset, figure, student
 from workbench.figures.context import Context
 
 PAPER = "nondeep"
@@ -90,8 +90,11 @@ def _student(n: int):
     return run
 
 
-student("Non-deep 3×2 collapsed", method="nondeep", teacher="vit", after=("nondeep.students",))(_student(2))
-student("Non-deep 2×3 collapsed", method="nondeep", teacher="vit", after=("nondeep.students",))(_student(3))
+# block i of an n-branch student replaces the demo teacher's (depth 6) blocks n·i … n·i+n−1 (methods.nondeep.branched)
+student("Non-deep 3×2 collapsed", method="nondeep", teacher="vit", after=("nondeep.students",),
+        blocks=consecutive_groups(6, 2))(_student(2))
+student("Non-deep 2×3 collapsed", method="nondeep", teacher="vit", after=("nondeep.students",),
+        blocks=consecutive_groups(6, 3))(_student(3))
 
 
 # ---------------------------------------------------------------------------------------- data

@@ -48,8 +48,19 @@ def _student(keep_rate: float):
     return run
 
 
-student("Sparsifiner k=0.25", method="sparsifiner", teacher="vit", after=("sparsifiner.runs",))(_student(0.25))
-student("Sparsifiner k=0.1", method="sparsifiner", teacher="vit", after=("sparsifiner.runs",))(_student(0.1))
+def _deploy(model):
+    """The sparse path of a Sparsifiner student: attention computes only the kept query-key pairs (the MACs executed)."""
+    import copy
+
+    from methods.sparsifiner import to_sparse_path
+
+    return to_sparse_path(copy.deepcopy(model))
+
+
+student("Sparsifiner k=0.25", method="sparsifiner", teacher="vit", after=("sparsifiner.runs",),
+        deploy=_deploy)(_student(0.25))
+student("Sparsifiner k=0.1", method="sparsifiner", teacher="vit", after=("sparsifiner.runs",),
+        deploy=_deploy)(_student(0.1))
 
 
 # ---------------------------------------------------------------------------------------- data

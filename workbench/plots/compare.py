@@ -219,8 +219,10 @@ def plot_map_agreement(data: xr.Dataset | Mapping[str, xr.Dataset], *, metrics: 
                 is_t = m == _teacher(ds)
                 lab = ("teacher: its saliency vs its attention" if is_t else f"{m} ({'/'.join(kinds)})")
                 mu, sd = da.mean("sample").values, da.std("sample").values
-                (line,) = ax.plot(x, mu, "--" if is_t else "-", marker="o", ms=3, color=colors[m], label=lab, lw=1.3)
-                ax.fill_between(x, mu - sd, mu + sd, color=colors[m], alpha=0.12, lw=0)
+                ok = np.isfinite(mu)  # a student of another depth is scored only at the last block of each group
+                (line,) = ax.plot(x[ok], mu[ok], "--" if is_t else "-", marker="o", ms=3, color=colors[m], label=lab,
+                                  lw=1.3)
+                ax.fill_between(x[ok], (mu - sd)[ok], (mu + sd)[ok], color=colors[m], alpha=0.12, lw=0)
                 handles.setdefault(f"{gtitle}|{lab}", line)
             ax.set_xticks(x, [n.replace("layers.", "L").replace(".blocks.", ".b").replace("blocks.", "")
                               for n in names], fontsize=7, rotation=0 if len(names) <= 8 else 45)
@@ -234,11 +236,13 @@ def plot_map_agreement(data: xr.Dataset | Mapping[str, xr.Dataset], *, metrics: 
             if r == len(metrics) - 1:
                 ax.set_xlabel("teacher block", fontsize=8)
             ax.grid(alpha=0.3)
+        col = [h for k, h in handles.items() if k.startswith(f"{gtitle}|")]
+        leg = axes[-1, c].legend(col, [h.get_label() for h in col], fontsize=7, frameon=False, loc="upper center",
+                                 bbox_to_anchor=(0.5, -0.3 if len(names) <= 8 else -0.45), ncol=2,  # below: covers no data
+                                 title=("no token maps: " + ", ".join(missing) + " (no attention hook, no ViT blocks)")
+                                 if missing else None, title_fontsize=7)
         if missing:
-            axes[-1, c].text(0.01, -0.32 if len(names) <= 8 else -0.45,
-                             "no token maps: " + ", ".join(missing) + " (no attention hook, no ViT blocks)",
-                             transform=axes[-1, c].transAxes, fontsize=7, color="0.35", va="top")
-        axes[0, c].legend(fontsize=7, loc="best", frameon=True)
+            leg.get_title().set_color("0.35")
     fig.suptitle(title or "Token-map agreement with the teacher's attention, per layer (head-averaged maps)")
     if without:
         fig.text(0.01, -0.01, "not shown: " + "; ".join(without), fontsize=7, color="0.35", va="top", wrap=True)
