@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from workbench.figures import dataset, figure, student
+from workbench.figures import Finding, dataset, figure, student
+from workbench.figures.findings_far import agreement_verdict
 from workbench.figures.context import Context
 from workbench.plots.table import Table
 
@@ -114,7 +115,9 @@ def agreement_data(ctx: Context) -> xr.Dataset:
              "like-for-like": agreement(saliencies, reference="teacher saliency"),
              "like-for-like, raw": agreement(saliencies, reference="teacher saliency", normalize="none")[
                  ["pearson", "spearman", "cls_pearson"]]}
-    return xr.concat([v.expand_dims(view=[k]) for k, v in views.items()], dim="view", join="outer", data_vars="all")
+    out = xr.concat([v.expand_dims(view=[k]) for k, v in views.items()], dim="view", join="outer", data_vars="all")
+    return out.assign_coords(reference=("view", [v.attrs["reference"] for v in views.values()]),  # per view: concat
+                             normalize=("view", [v.attrs.get("normalize", "row") for v in views.values()]))  # keeps 1st
 
 
 @dataset("far.table3", after=("teacher.vit",))
@@ -194,9 +197,17 @@ def _token_figure(fig_id: str):
 
 
 def plot_agreement_views(ds: xr.Dataset):
+    from workbench.figures.findings_far import agreement_headline
     from workbench.plots.far import plot_agreement
 
-    return plot_agreement({str(v): ds.sel(view=v).dropna("layer", how="all").drop_vars("view") for v in ds.view.values})
+    views = {}
+    for v in ds.view.values:
+        one = ds.sel(view=v).dropna("layer", how="all").dropna("model", how="all")  # a view's absent pairs: no line
+        attrs = {**ds.attrs, "reference": str(one["reference"].values), "normalize": str(one["normalize"].values)} \
+            if "reference" in ds.coords else ds.attrs
+        views[str(v)] = one.drop_vars([c for c in ("view", "reference", "normalize") if c in one.coords]).assign_attrs(attrs)
+    return plot_agreement(views, title="Agreement of token maps, per layer (mean ± sd over images)\n"
+                          + agreement_headline(ds).replace(" (the teacher's own", "\n(the teacher's own"))
 
 
 def table1(ds: xr.Dataset) -> Table:
@@ -302,6 +313,9 @@ for _id in ("fig12", "fig13", "fig14"):
                      f"saliency; the two saliencies share one colour scale ({_UNITS}; horizontal bands = queries whose "
                      "output depends strongly on their inputs).")
 figure("far.agreement", paper="far", data="far.agreement", plot=plot_agreement_views,
+       finding=Finding("FAR preserves the token-to-token correlation learned in the teacher's attention (abstract; "
+                       "App. C: its gradient-saliency maps resemble DeiT's attention, most in deep layers)",
+                       "qualitative (Fig. 6, 9–14: heatmaps, no number)", agreement_verdict),
        caption="Per-layer agreement of token-to-token maps (head-averaged, per sample; mean ± sd over the analysis "
                "images), saliency taken w.r.t. each block's token-mixer input. Paper-style: FAR saliency vs teacher "
                "attention, with the teacher's own saliency vs its attention as the ceiling a perfect copy could reach "
@@ -310,7 +324,9 @@ figure("far.agreement", paper="far", data="far.agreement", plot=plot_agreement_v
                "FAR on a quantity the reference lacks), except 'like-for-like, raw', which compares the two saliencies' "
                "stored values and so also scores per-query magnitude (the bands of Fig. 12–14). Spearman ρ / Pearson r "
                "over all T×T entries; Jensen–Shannon divergence (bits) between corresponding row-normalised query rows, "
-               "averaged over rows.")
+               "averaged over rows. Legend: '<model> vs <reference>' names each curve's reference (teacher attention "
+               "in the paper-style view, teacher saliency in the like-for-like views); the title states the headline "
+               "numbers.")
 figure("far.table1", paper="far", kind="table", data="far.runs", plot=table1,
        caption="Table 1: held-out top-1 accuracy of the demo teacher, its FAR student and the pruned FAR student, "
                "with parameters, MACs and the paper's ImageNet top-1 of DeiT / FAR / FAR† (Tiny, Small, Base) beside.")
