@@ -124,6 +124,28 @@ def test_integrated_gradients_completeness():
     np.testing.assert_allclose(delta.numpy(), ((total - gap).abs() / gap.abs()).numpy(), atol=1e-5)
 
 
+def test_refined_integrated_gradients_adds_nodes_where_the_gap_is_large():
+    from workbench.analysis.attribution import refined_integrated_gradients
+
+    torch.manual_seed(0)
+    model = create_model("vit_demo").eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(2.0)
+    x = torch.randn(4, 1, 28, 28)
+    target = model(x).argmax(-1)
+    _, _, coarse = integrated_gradients(model, x, target, n_steps=2)
+    assert (coarse > 0.01).any()
+    attr, amap, rel, used = refined_integrated_gradients(model, x, target, n_steps=2, tolerance=0.01, max_steps=64)
+    assert ((rel <= 0.01) | (used == 64)).all() and (used > 2).any() and (rel <= coarse + 1e-12).all()
+    for i in range(len(x)):  # each image's map is plain IG at the nodes it reports
+        want, _, want_rel = integrated_gradients(model, x[i:i + 1], target[i:i + 1], n_steps=int(used[i]))
+        np.testing.assert_allclose(attr[i:i + 1].numpy(), want.numpy(), atol=1e-4 * want.abs().max().item())
+        np.testing.assert_allclose(rel[i].item(), want_rel.item(), atol=1e-4)  # float32 sums: 1e-4 of the gap scale
+    _, _, _, plain = refined_integrated_gradients(model, x, target, n_steps=2)
+    assert (plain == 2).all()
+
+
 def test_attention_rollout_equals_a_hand_computed_product():
     model = _tiny_vit()
     with torch.no_grad():  # peaked attention, so that the product is far from uniform

@@ -55,7 +55,8 @@ Variables (present when their part ran):
 - ``pred``, ``top1_agreement``, ``kl``, ``correct(model, sample)``; ``agreement``, ``kl_mean``,
   ``accuracy(model)``; coord ``label(sample)`` (-1 = unknown);
 - ``attribution_map(model, attribution, sample, y, x)`` float32 (``y``, ``x`` = image pixels here,
-  not patches); ``ig_delta(model, sample)`` (relative IG completeness gap);
+  not patches); ``ig_delta(model, sample)`` (relative IG completeness gap); ``ig_steps(model, sample)``
+  (Gauss–Legendre nodes used: ``ig_steps``, more where ``ig_tolerance`` asked for them; 0 = no IG);
   ``attribution_spearman``/``attribution_topk``/``attribution_cosine(model, attribution, sample)``
   against the teacher's map (teacher: NaN); coord ``target(sample)`` — the class explained
   (``target(model, sample)`` with ``target="own"``);
@@ -105,6 +106,9 @@ class CompareConfig:
     attributions: tuple[str, ...] = ATTRIBUTIONS  # attribution methods (rollout only where it applies)
     target: Literal["teacher", "own", "label"] = "teacher"  # class explained: teacher's top-1, model's own, label
     ig_steps: int = 50  # Gauss–Legendre nodes of Integrated Gradients
+    ig_tolerance: float | None = None  # relative completeness gap above which an image's IG is redone with 2× the
+    # nodes, up to ig_max_steps (analysis.attribution.refined_integrated_gradients); None: ig_steps only
+    ig_max_steps: int = 256  # most Gauss–Legendre nodes an image's IG may take when refining
     topk: float = 0.1  # top-k overlap: k as a fraction of pixels (attributions) / keys (token maps)
     student_maps: Literal["auto", "attention", "dependency"] = "auto"  # student token map; auto: attention if any
     steps: int = 16  # deletion / insertion steps (curves have steps + 1 points)
@@ -128,6 +132,8 @@ class CompareConfig:
             raise ValueError(f"student_maps must be 'auto', 'attention' or 'dependency', got {self.student_maps!r}")
         if not 0 < self.topk <= 1:
             raise ValueError(f"topk is a fraction in (0, 1], got {self.topk}")
+        if self.ig_tolerance is not None and (self.ig_tolerance <= 0 or self.ig_max_steps < self.ig_steps):
+            raise ValueError("ig_tolerance must be positive and ig_max_steps at least ig_steps")
         if self.steps < 1 or self.ig_steps < 1 or self.batch_size < 1:
             raise ValueError("steps, ig_steps and batch_size must be positive")
 
@@ -353,16 +359,19 @@ def _attribution_parts(models: Mapping[str, nn.Module], images: torch.Tensor, ta
     n_m = len(models)
     maps = np.full((n_m, len(methods), b, h, w), np.nan, dtype=np.float32)
     delta = np.full((n_m, b), np.nan)
+    nodes = np.zeros((n_m, b), dtype=np.int64)
     raw_ig: dict[str, torch.Tensor] = {}
     got: dict[str, dict[str, torch.Tensor]] = {}
     for mi, (label, model) in enumerate(models.items()):
         mp, raw, skipped = attribution_maps(model, images, targets[label], methods=methods, n_steps=cfg.ig_steps,
-                                            batch_size=cfg.batch_size, seed=cfg.seed + mi)
+                                            batch_size=cfg.batch_size, seed=cfg.seed + mi,
+                                            ig_tolerance=cfg.ig_tolerance, ig_max_steps=cfg.ig_max_steps)
         got[label] = mp
         for k, v in mp.items():
             maps[mi, methods.index(k)] = v.detach().float().cpu().numpy()
         if "ig_delta" in raw:
             delta[mi] = raw["ig_delta"].cpu().numpy()
+            nodes[mi] = raw["ig_steps"].cpu().numpy()
             raw_ig[label] = raw["integrated_gradients"]
         for k, why in skipped.items():
             notes.setdefault(k, {})[label] = why
@@ -382,7 +391,7 @@ def _attribution_parts(models: Mapping[str, nn.Module], images: torch.Tensor, ta
     else:
         coords["target"] = ("sample", tgt)
     ds = xr.Dataset({"attribution_map": (("model", "attribution", "sample", "y", "x"), maps),
-                     "ig_delta": (("model", "sample"), delta),
+                     "ig_delta": (("model", "sample"), delta), "ig_steps": (("model", "sample"), nodes),
                      **{f"attribution_{k}": (("model", "attribution", "sample"), v) for k, v in agree.items()}},
                     coords=coords)
     ds["ig_delta"].attrs.update(units="fraction", long_name="|Σ IG − (f(x) − f(baseline))| / |f(x) − f(baseline)|")
@@ -511,7 +520,7 @@ def compare_models(teacher: nn.Module, students: Mapping[str, nn.Module], images
         targets = _targets({k: logits[k] for k in same}, teacher_name, lab, cfg)
         ds = _attribution_parts(usable, images, targets, teacher_name, cfg, notes, seconds)
         if "attributions" not in cfg.parts:
-            ds = ds.drop_vars([v for v in ds.data_vars if v.startswith("attribution_") or v == "ig_delta"])
+            ds = ds.drop_vars([v for v in ds.data_vars if v.startswith("attribution_") or v in ("ig_delta", "ig_steps")])
         out.append(ds)
     result = xr.merge(out, join="outer", compat="no_conflicts", combine_attrs="drop") if out else xr.Dataset()
     result = result.reindex(model=list(models)) if "model" in result.dims else result

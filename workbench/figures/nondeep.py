@@ -1,7 +1,7 @@
 """Non-deep ViT figures ("Non-deep Vision Transformers", anonymous ICLR submission, papers/002) on the demo.
 
 The demo teacher is the 6-block demo ViT (``teacher-vit-<profile>``); the students have 3 blocks × 2 branches
-and 2 blocks × 3 branches (:mod:`workbench.pipelines.nondeep`), joined with the linear schedule and α = 0.05 and
+and 2 blocks × 3 branches (:mod:`workbench.pipelines.nondeep`), joined with the linear schedule and α = 0.05 (Table 5's ablation: α = 5, see its caption) and
 collapsed exactly into 3- and 2-block ViTs. Here: Fig. 3 (λ schedules), Fig. 4 (feature similarity of branches
 before joining), Figs. 5 and 6 (weight similarity before and after joining) and the collapsed students'
 attention beside the teacher's (``nondeep.attention``); the tables are in :mod:`workbench.figures.nondeep_tables`.
