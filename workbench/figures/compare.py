@@ -58,9 +58,9 @@ class CompareBudget:
     agreement_images: str  # image spec of top-1 agreement and KL (forward passes only)
     ig_steps: int  # Gauss–Legendre nodes of Integrated Gradients
     steps: int  # deletion / insertion steps
+    latency_rounds: int  # timed rounds of compare.latency (each times every model once, interleaved)
     ig_tolerance: float | None = 0.05  # relative completeness gap above which an image's IG doubles its nodes …
     ig_max_steps: int = 256  # … up to this many (analysis.attribution.refined_integrated_gradients)
-    latency_rounds: int  # timed rounds of compare.latency (each times every model once, interleaved)
     attributions: tuple[str, ...] = ("integrated_gradients", "random")  # what the figures show: IG, random = chance
 
 
