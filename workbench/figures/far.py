@@ -27,7 +27,13 @@ import pandas as pd
 import xarray as xr
 
 from workbench.figures import Finding, dataset, figure, student
-from workbench.figures.findings_far import agreement_verdict
+from workbench.figures.findings_far import (
+    agreement_verdict,
+    diagonal_verdict,
+    retention_verdict,
+    table1_verdict,
+    table3_verdict,
+)
 from workbench.figures.context import Context
 from workbench.plots.table import Table
 
@@ -136,6 +142,7 @@ def table3_data(ctx: Context) -> xr.Dataset:
          "paper": (("paper_model", "schedule"), [[PAPER_TABLE3[m][s] for s in SCHEDULES] for m in PAPER_TABLE3])},
         coords={"schedule": list(SCHEDULES), "paper_model": list(PAPER_TABLE3), "run": ("schedule", [runs[s].id for s in SCHEDULES])},
         attrs={"teacher_run": teacher.id, "teacher_val_acc": teacher.manifest["results"]["val_acc"],
+               "val_images": int(teacher.manifest["results"].get("val_images", 0)),  # n of the binomial intervals
                "budget": json.dumps({"distill_epochs": d.epochs, "distill_lr": d.lr, "finetune_epochs": f.epochs,
                                      "finetune_lr": f.lr, "batch_size": d.batch_size, "scratch_lr": b.scratch_lr})},
     )
@@ -281,6 +288,9 @@ def plot_fig4(ds: xr.Dataset):
 _UNITS = ("attention in probability, saliency in gradient norm (‖∂Σ_c y_q / ∂LN1(x)_k‖₂), each on its own "
           "stated colour scale, not row-normalised")
 figure("far.fig4", paper="far", data="far.retention", plot=plot_fig4,
+       finding=Finding("structured pruning keeps very different shares of hidden units across depth and direction",
+                       "Fig. 4 / §4.3: 'considerable variation in compression ratios across depth and direction'",
+                       retention_verdict),
        caption="Fig. 4: share of hidden units each LSTM head keeps after DeepHoyer structured pruning of the demo FAR "
                "model (rows: layers, columns: heads), forward and reverse directions separately; numbers are percent.")
 figure("far.fig5", paper="far", data="far.maps", plot=plot_fig5,
@@ -289,6 +299,9 @@ figure("far.fig5", paper="far", data="far.maps", plot=plot_fig5,
                "(bottom), drawn over the input digit; each model's heads share one colour scale, so a weak head "
                f"looks weak ({_UNITS}).")
 figure("far.fig6", paper="far", data="far.maps", plot=plot_fig6,
+       finding=Finding("FAR's dependency map is more concentrated on itself and neighbouring tokens (a bright near-"
+                       "diagonal) than the teacher's attention", "§4.3, Fig. 6 (qualitative)",
+                       diagonal_verdict(lambda maps: int(maps["layer"].values[-1]))),
        caption="Fig. 6: token-to-token dependency in the last block, averaged over heads and samples (App. C.2): "
                "teacher attention, teacher gradient saliency and FAR gradient saliency; the two saliencies share one "
                f"colour scale ({_UNITS}; a bright row is a query whose output depends strongly on its inputs).")
@@ -307,6 +320,9 @@ for _id in ("fig9", "fig10", "fig11"):
 for _id in ("fig12", "fig13", "fig14"):
     _p = PAPER_LAYERS[_id]
     figure(f"far.{_id}", paper="far", data="far.maps", plot=_token_figure(_id),
+           finding=Finding(f"in the {_DEPTH[_id]} block FAR's dependency stays more diagonal (self and neighbouring "
+                           "tokens) than DeiT's attention", f"App. C.2, Fig. {_id[3:]} (qualitative)",
+                           diagonal_verdict(lambda maps, p=_p: relative_layer(maps, p))),
            caption=f"Fig. {_id[3:]} (App. C.2): token-to-token dependency in the {_DEPTH[_id]} block — "
                    + _WHERE.format(p=_p, d=round(_p / 11 * 5))
                    + " — averaged over heads and samples: teacher attention, teacher gradient saliency, FAR gradient "
@@ -328,9 +344,13 @@ figure("far.agreement", paper="far", data="far.agreement", plot=plot_agreement_v
                "in the paper-style view, teacher saliency in the like-for-like views); the title states the headline "
                "numbers.")
 figure("far.table1", paper="far", kind="table", data="far.runs", plot=table1,
+       finding=Finding("FAR and its pruned form FAR† keep the teacher's top-1",
+                       "FAR +2.0, FAR† +0.3 points over DeiT-Tiny (Table 1)", table1_verdict),
        caption="Table 1: held-out top-1 accuracy of the demo teacher, its FAR student and the pruned FAR student, "
                "with parameters, MACs and the paper's ImageNet top-1 of DeiT / FAR / FAR† (Tiny, Small, Base) beside.")
 figure("far.table3", paper="far", kind="table", data="far.table3", plot=table3,
+       finding=Finding("distilling with both the CE and the block-similarity loss (Eq. 4) is the best schedule",
+                       "Table 3: 'Distill (combine)' best for FAR-Tiny and FAR-Small", table3_verdict),
        caption="Table 3: top-1 accuracy of FAR under the four loss schedules of the distillation phase — train from "
                "scratch (TFS), distill with CE only, with the block similarity only, with both (Eq. 4) — on the demo "
                "with the profile's short ablation budget, the same for all four, beside the paper's ImageNet numbers, with "

@@ -13,9 +13,10 @@ import numpy as np
 import xarray as xr
 
 from workbench.figures import Verdict
-from workbench.stats import z_for
+from workbench.stats import diff_interval, paired_diff_interval, z_for
 
-__all__ = ["agreement_headline", "agreement_verdict"]
+__all__ = ["agreement_headline", "agreement_verdict", "table1_verdict", "table3_verdict", "retention_verdict",
+           "diagonal_verdict", "diagonal_share"]
 
 
 def _mean_ci(values: np.ndarray) -> tuple[float, float, float]:
@@ -72,3 +73,111 @@ def agreement_verdict(ds: xr.Dataset) -> Verdict:
                                        "than half of what the teacher's own saliency reaches")
     weak = [la for la in layers if far[la][1] <= 0]
     return Verdict("not shown", stat, f"in layer(s) {weak} FAR's ρ is within noise of zero")
+
+
+def _delta(a: float, b: float, n: int) -> tuple[float, float, float, str]:
+    lo, hi = diff_interval(a, n, b, n)
+    return a - b, lo, hi, f"{100 * (a - b):+.1f} points (95% CI {100 * lo:+.1f} … {100 * hi:+.1f})"
+
+
+def table1_verdict(ds: xr.Dataset) -> Verdict:
+    """FAR and FAR† keep the teacher's top-1: neither is worse than the teacher beyond the binomial noise.
+
+    Unpaired intervals over the held-out images (the runs store accuracies, not per-image predictions: conservative
+    for models that err on the same images). Shown: neither worse beyond noise; partly: one of the two; not shown: both.
+    """
+    rows = {str(k): i for i, k in enumerate(ds["kind"].values)}
+    acc = {k: float(ds["val_acc"].values[i]) for k, i in rows.items()}
+    n = int(ds["val_images"].values[rows["FAR"]])
+    far, pruned = _delta(acc["FAR"], acc["DeiT"], n), _delta(acc["FAR†"], acc["DeiT"], n)
+    stat = f"FAR − teacher {far[3]}; FAR† − teacher {pruned[3]}; {n} held-out images"
+    worse = [name for name, d in (("FAR", far), ("FAR†", pruned)) if d[2] < 0]
+    if not worse:
+        return Verdict("shown", stat)
+    if len(worse) == 1:
+        return Verdict("partly", stat, f"{worse[0]} is below the teacher beyond the binomial noise")
+    return Verdict("not shown", stat, "FAR and FAR† are both below the teacher beyond the binomial noise")
+
+
+def table3_verdict(ds: xr.Dataset) -> Verdict:
+    """Distilling with both losses (Eq. 4) is the best schedule after distillation, as in every row of Table 3.
+
+    Shown: 'combined' is best and ahead of the runner-up beyond the binomial noise; partly: best, within noise of
+    the runner-up; not shown: another schedule is best.
+    """
+    acc = {str(s): float(v) for s, v in zip(ds["schedule"].values, ds["distill_val_acc"].values)}
+    n = int(ds.attrs.get("val_images", 0)) or 1000
+    best = max(acc, key=acc.get)
+    second = max((k for k in acc if k != "combined"), key=acc.get)
+    d = _delta(acc["combined"], acc[second], n)
+    stat = (", ".join(f"{k} {100 * v:.1f}%" for k, v in acc.items()) + f" after distillation; combined − {second} "
+            f"{d[3]}; {n} held-out images")
+    if best == "combined" and d[1] > 0:
+        return Verdict("shown", stat)
+    if best == "combined" or d[2] >= 0:
+        return Verdict("partly", stat, "combined is not ahead of the runner-up beyond the binomial noise")
+    return Verdict("not shown", stat, f"{second} beats the combined schedule beyond noise")
+
+
+def retention_verdict(ds: xr.Dataset) -> Verdict:
+    """Structured pruning keeps very different shares of units across depth and direction (§3.3, Fig. 4).
+
+    The spread is the range of the kept share over (layer, direction), head-averaged; deterministic for one trained
+    model (no image noise). Shown: a range of at least 20 points; partly: 5–20 points; not shown: under 5.
+    """
+    r = ds["retention"].mean("head")
+    spread = float(r.max() - r.min())
+    by_dir = {str(d): float(r.sel(direction=d).mean()) for d in r["direction"].values}
+    by_layer = r.mean("direction").values
+    stat = (f"kept share {100 * float(r.min()):.0f}–{100 * float(r.max()):.0f}% over (layer, direction), range "
+            f"{100 * spread:.0f} points; per layer {', '.join(f'{100 * v:.0f}' for v in by_layer)}%; "
+            + ", ".join(f"{k} {100 * v:.0f}%" for k, v in by_dir.items()))
+    if spread >= 0.2:
+        return Verdict("shown", stat)
+    if spread >= 0.05:
+        return Verdict("partly", stat, "the kept share varies across layers and directions, but by less than 20 points")
+    return Verdict("not shown", stat, "every layer and direction keeps about the same share")
+
+
+def diagonal_share(ds: xr.Dataset, model: str, layer: int, width: int = 1) -> np.ndarray:
+    """Per image: the share of each patch query's (row-normalised, head-averaged) map on keys at most ``width``
+    positions from it in the token sequence (the near-diagonal band of the T×T heatmap), mean over patch queries."""
+    m = ds["map"].sel(model=model, layer=layer).mean("head")  # (sample, query, key)
+    patch_q = ds["key_kind"].values[ds["query"].values] == "patch" if "key_kind" in ds.coords else \
+        np.ones(ds.sizes["query"], bool)
+    patch_k = ds["key_kind"].values == "patch" if "key_kind" in ds.coords else np.ones(ds.sizes["key"], bool)
+    v = np.abs(m.values)[:, patch_q][:, :, patch_k].astype(float)  # (sample, patch queries, patch keys)
+    v = v / np.clip(v.sum(-1, keepdims=True), 1e-30, None)
+    q = ds["query"].values[patch_q][:, None]
+    k = ds["key"].values[patch_k][None, :]
+    band = np.abs(q - k) <= width
+    return (v * band).sum(-1).mean(-1)
+
+
+def diagonal_verdict(layer_of):
+    """FAR's dependency is more concentrated near the diagonal (self and neighbouring tokens) than the teacher's
+    attention (§4.3, Fig. 6; App. C.2, Fig. 12–14), in the block ``layer_of(ds)``; paired over the analysis images.
+
+    Shown: FAR saliency's near-diagonal share exceeds the teacher attention's beyond noise; not shown: not above it
+    beyond noise (with fewer than 3 images no interval exists: then 'partly' when it is larger on every image).
+    """
+
+    def test(ds: xr.Dataset) -> Verdict:
+        layer = int(layer_of(ds))
+        far, att = diagonal_share(ds, "FAR saliency", layer), diagonal_share(ds, "teacher attention", layer)
+        band = 3 / ds.sizes["key"]  # a uniform row's share of the band (3 keys of T)
+        stat = (f"block {layer}: share of each row on itself and its sequence neighbours — FAR saliency "
+                f"{100 * far.mean():.0f}%, teacher attention {100 * att.mean():.0f}% (uniform ≈ {100 * band:.0f}%)")
+        if far.size >= 3:
+            lo, hi = paired_diff_interval(far, att)
+            stat += f"; difference {100 * (far.mean() - att.mean()):+.0f} points (95% CI {100 * lo:+.0f} … {100 * hi:+.0f}, "
+            stat += f"{far.size} images)"
+            if lo > 0:
+                return Verdict("shown", stat)
+            return Verdict("not shown", stat, "FAR's near-diagonal share is not above the teacher attention's beyond noise")
+        stat += f" ({far.size} images: too few for an interval)"
+        if (far > att).all():
+            return Verdict("partly", stat, "larger on every image, but too few images to tell it from noise")
+        return Verdict("not shown", stat, "FAR's near-diagonal share is not above the teacher attention's")
+
+    return test
