@@ -310,8 +310,9 @@ def plot_fig4(ds: xr.Dataset):
 def plot_fig5(ds: xr.Dataset):
     from workbench.plots.nondeep import plot_similarity_summary
 
-    return plot_similarity_summary(ds, {"cosine": "weights before joining"},
-                                   title="Fig. 5: branch weight similarity before joining (cosine of the matrices)")
+    return plot_similarity_summary(ds, {"cosine": "weights before joining"}, limit=None,
+                                   title="Fig. 5: branch weight similarity before joining (cosine of the matrices; "
+                                         "all near 0: distinct weights)")
 
 
 def plot_fig6(ds: xr.Dataset):
@@ -347,7 +348,10 @@ figure("nondeep.fig5", paper=PAPER, data="nondeep.fig5", plot=plot_fig5,
        finding=Finding("before joining, the branches keep distinct weights", "Fig. 5 (D-MAE-3-4, qualitative)", fig5_verdict),
        caption="Fig. 5: cosine similarity between the branches' weights before joining, per block and module: qk = "
                "W^Q_h W^K_hᵀ and ov = W^V_h W^O_h per head (the matrices the collapse sums), fc1, fc2 (the FFN), for "
-               "the models of Fig. 4. The store also holds a unit-permutation-invariant variant (cka).")
+               "the models of Fig. 4. The store also holds a unit-permutation-invariant variant (cka). The colour "
+               "scale spans only the largest |value| (stated on the bar): on ±1 every cell is ≈ 0 and looks blank. "
+               "The last two panels differ by at most a few thousandths: the λ = 0 run's short training barely moves "
+               "weights that started as different teacher blocks.")
 figure("nondeep.fig6", paper=PAPER, data="nondeep.fig6", plot=plot_fig6,
        finding=Finding("after joining without the regulariser, the branches' FFN weights grow alike", "Fig. 6: FFN weight similarity 0.725–0.928 after 10k + 50k steps", fig6_verdict),
        caption="Fig. 6: after joining (λ = 1 reached, then the adjustment phase): for each model, the cosine "

@@ -273,6 +273,8 @@ def plot_token_maps(
         cbar.ax.tick_params(labelsize="x-small")
         what = " & ".join(dict.fromkeys(measure.get(models[j], "map") for j in last_of_group[i]))
         label = f"share of query row ({what})" if units[m] == "share of the row" else f"{what}: {units[m]}"
+        if isinstance(norm, mcolors.PowerNorm):
+            label += "\n(square-root colour scale)"
         cbar.set_label(label, fontsize="x-small")
     how = "rows normalised, " if normalize == "row" or maps.attrs.get("normalize") == "row" else ""
     fig.suptitle(title or f"Token-to-token dependency · layer {layer} · {how}mean over {da.sizes['sample']} samples "
