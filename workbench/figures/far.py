@@ -29,6 +29,7 @@ import xarray as xr
 from workbench.figures import Finding, dataset, figure, student
 from workbench.figures.findings_far import (
     agreement_verdict,
+    cls_verdict,
     diagonal_verdict,
     retention_verdict,
     table1_verdict,
@@ -294,6 +295,8 @@ figure("far.fig4", paper="far", data="far.retention", plot=plot_fig4,
        caption="Fig. 4: share of hidden units each LSTM head keeps after DeepHoyer structured pruning of the demo FAR "
                "model (rows: layers, columns: heads), forward and reverse directions separately; numbers are percent.")
 figure("far.fig5", paper="far", data="far.maps", plot=plot_fig5,
+       finding=Finding("FAR focuses on the same important regions as the teacher's CLS attention",
+                       "§4.3, Fig. 5 (qualitative)", cls_verdict(lambda maps: int(maps["layer"].values[-1]))),
        caption="Fig. 5: token importance of the CLS token in the last block, per head: the teacher's attention "
                "probabilities (top) and the FAR model's gradient saliency w.r.t. the block's token-mixer input "
                "(bottom), drawn over the input digit; each model's heads share one colour scale, so a weak head "
@@ -313,6 +316,9 @@ _WHERE = ("the block at the paper's relative depth (DeiT-Tiny layer {p} of 12 �
 for _id in ("fig9", "fig10", "fig11"):
     _p = PAPER_LAYERS[_id]
     figure(f"far.{_id}", paper="far", data="far.maps", plot=_cls_figure(_id),
+           finding=Finding(f"in the {_DEPTH[_id]} block FAR's CLS attribution resembles the spatial layout of DeiT's "
+                           "CLS attention", f"App. C.1, Fig. {_id[3:]} (qualitative; 'highly similar' by layer 7)",
+                           cls_verdict(lambda maps, p=_p: relative_layer(maps, p))),
            caption=f"Fig. {_id[3:]} (App. C.1): CLS-to-patch maps of three heads in the {_DEPTH[_id]} block — "
                    + _WHERE.format(p=_p, d=round(_p / 11 * 5))
                    + " — teacher attention (top) above FAR gradient saliency (bottom), over the input digit; each "

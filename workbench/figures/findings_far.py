@@ -16,7 +16,7 @@ from workbench.figures import Verdict
 from workbench.stats import diff_interval, paired_diff_interval, z_for
 
 __all__ = ["agreement_headline", "agreement_verdict", "table1_verdict", "table3_verdict", "retention_verdict",
-           "diagonal_verdict", "diagonal_share"]
+           "diagonal_verdict", "diagonal_share", "cls_verdict"]
 
 
 def _mean_ci(values: np.ndarray) -> tuple[float, float, float]:
@@ -179,5 +179,42 @@ def diagonal_verdict(layer_of):
         if (far > att).all():
             return Verdict("partly", stat, "larger on every image, but too few images to tell it from noise")
         return Verdict("not shown", stat, "FAR's near-diagonal share is not above the teacher attention's")
+
+    return test
+
+
+def cls_verdict(layer_of):
+    """FAR's CLS saliency focuses where the teacher's CLS attention does (§4.3, Fig. 5; App. C.1, Fig. 9–11): Pearson
+    r over the patches of the head-averaged maps, per image, in the block ``layer_of(ds)``.
+
+    Shown: the mean r is at least 0.5 and above zero beyond noise (normal interval over the images); partly: above
+    zero beyond noise but below 0.5; not shown: within noise of zero or below (with fewer than 3 images: 'partly'
+    at best, when r > 0 on every image).
+    """
+
+    def test(ds: xr.Dataset) -> Verdict:
+        layer = int(layer_of(ds))
+        t = ds["cls_map"].sel(model="teacher attention", layer=layer).mean("head")
+        f = ds["cls_map"].sel(model="FAR saliency", layer=layer).mean("head")
+        r = []
+        for s in ds["sample"].values:
+            a, b = t.sel(sample=s).values.ravel(), f.sel(sample=s).values.ravel()
+            ok = np.isfinite(a) & np.isfinite(b)
+            r.append(float(np.corrcoef(a[ok], b[ok])[0, 1]) if ok.sum() > 2 and a[ok].std() and b[ok].std() else np.nan)
+        r = np.array(r)
+        mean, lo, hi = _mean_ci(r)
+        stat = f"block {layer}: Pearson r of FAR's CLS saliency with the teacher's CLS attention over the patches, " \
+               f"{mean:.2f} (per image {', '.join(f'{v:.2f}' for v in r)})"
+        if np.isfinite(r).sum() < 3:
+            stat += f" ({np.isfinite(r).sum()} images: too few for an interval)"
+            if np.isfinite(r).all() and (r > 0).all():
+                return Verdict("partly", stat, "positive on every image, but too few images to tell it from noise")
+            return Verdict("not shown", stat, "FAR's CLS map does not follow the teacher's attention")
+        stat += f", 95% CI {lo:.2f} … {hi:.2f} over {np.isfinite(r).sum()} images"
+        if lo > 0 and mean >= 0.5:
+            return Verdict("shown", stat)
+        if lo > 0:
+            return Verdict("partly", stat, "FAR's CLS map follows the teacher's attention above noise, but weakly (r < 0.5)")
+        return Verdict("not shown", stat, "FAR's CLS map is not correlated with the teacher's attention beyond noise")
 
     return test
