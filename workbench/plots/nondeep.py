@@ -161,16 +161,17 @@ def plot_similarity_summary(ds: xr.Dataset, variables: dict[str, str], *, title:
     modules = [str(m) for m in ds["module"].values]
     rows = list(variables)
     blocks = {m: _present(ds[rows[0]].sel(model=m)).sizes["layer"] for m in models}
-    width = sum(0.42 * len(modules) + 0.9 for _ in models) + 1.4
-    height = sum(0.36 * max(blocks.values()) + 1.0 for _ in rows) + 0.5
-    fig, axes = plt.subplots(len(rows), len(models), figsize=(width, height), squeeze=False, layout="constrained")
-    cmap = plt.get_cmap(DIVERGING_CMAP).with_extremes(bad=MISSING_COLOR)
     if limit is None:
         means = [pair_mean(_present(ds[v].sel(model=m)))[0].values for v in rows for m in models
                  if _present(ds[v].sel(model=m)).sizes["layer"]]
         top = max([float(np.nanmax(np.abs(x))) for x in means if np.isfinite(x).any()] or [1.0])
         limit = float(f"{max(top, 0.01):.1g}") if float(f"{max(top, 0.01):.1g}") >= top else float(f"{top:.2g}")
         units = f"{units}\n(scale ±{limit:g}, not ±1)"
+    cell = 0.42 if limit >= 0.1 else 0.62  # three-digit labels need wider cells
+    width = sum(cell * len(modules) + 0.9 for _ in models) + 1.4
+    height = sum(0.36 * max(blocks.values()) + 1.0 for _ in rows) + 0.5
+    fig, axes = plt.subplots(len(rows), len(models), figsize=(width, height), squeeze=False, layout="constrained")
+    cmap = plt.get_cmap(DIVERGING_CMAP).with_extremes(bad=MISSING_COLOR)
     im = None
     for r, var in enumerate(rows):
         for c, m in enumerate(models):
