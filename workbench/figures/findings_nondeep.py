@@ -13,7 +13,7 @@ import xarray as xr
 from workbench.figures import Verdict
 from workbench.stats import paired_diff_interval
 
-__all__ = ["table5_verdict", "exactness_verdict", "fig4_verdict", "fig5_verdict", "fig6_verdict", "table1_verdict"]
+__all__ = ["table5_verdict", "exactness_verdict", "fig4_verdict", "fig5_verdict", "fig6_verdict", "table1_verdict", "memory_verdict"]
 
 
 def _row(ds: xr.Dataset, schedule: str, div: bool | None = None) -> int | None:
@@ -183,3 +183,29 @@ def table1_verdict(ds: xr.Dataset) -> Verdict:
     if any(above):
         return Verdict("partly", stat, "only some collapsed students beat their depth baseline beyond noise")
     return Verdict("not shown", stat, "no collapsed student is above its depth baseline beyond the binomial noise")
+
+
+def _memory_ratio(ds: xr.Dataset, mode: str, student: str) -> tuple[float, float]:
+    rows = [i for i in range(ds.sizes["row"]) if str(ds["mode"].values[i]) == mode]
+    base = next(i for i in rows if str(ds["model"].values[i]).startswith("DeiT-Tiny (12"))
+    other = next(i for i in rows if str(ds["model"].values[i]).startswith(student))
+    ours = float(ds["bytes"].values[other] / ds["bytes"].values[base])
+    paper = float(ds["paper_gb"].values[other] / ds["paper_gb"].values[base])
+    return ours, paper
+
+
+def memory_verdict(mode: str, student: str, paper_claim: str, tolerance: float = 0.05):
+    """The student's peak memory against DeiT-Tiny's, as a ratio, against the paper's ratio (Tables 10 / 11): the
+    measured peak is deterministic for a fixed shape (no noise). Shown: within ``tolerance`` of the paper's ratio;
+    partly: on the same side of 1 (both more or both less); not shown otherwise."""
+
+    def test(ds: xr.Dataset) -> Verdict:
+        ours, paper = _memory_ratio(ds, mode, student)
+        stat = f"{student} / DeiT-Tiny peak {mode} memory {ours:.2f}× (paper {paper:.2f}×: {paper_claim})"
+        if abs(ours - paper) <= tolerance:
+            return Verdict("shown", stat)
+        if (ours - 1) * (paper - 1) > 0:
+            return Verdict("partly", stat, f"the same direction as the paper's, {abs(ours - paper):.2f} apart")
+        return Verdict("not shown", stat, "the ratio is on the other side of 1 from the paper's")
+
+    return test
