@@ -69,14 +69,15 @@ def test_unnormalised_maps_keep_query_magnitude_and_share_scales_by_unit():
     assert shown[4].mean() > 5 * np.delete(shown, 4, axis=0).mean()  # the band is there
     assert panels[1].images[0].norm.vmax == panels[2].images[0].norm.vmax  # one scale for the two saliencies
     assert panels[0].images[0].norm.vmax != panels[1].images[0].norm.vmax
-    assert sorted(_colorbar_labels(fig)) == ["attention: probability", "saliency: gradient norm"]
+    assert sorted(_colorbar_labels(fig)) == ["attention: probability\n(square-root colour scale)",
+                                             "saliency: gradient norm\n(square-root colour scale)"]  # the default
     plt.close(fig)
     fig = plot_token_maps(maps, layer=1, normalize="row")
     shown = [a for a in fig.axes if a.get_label() != "<colorbar>"][2].images[0].get_array()
     rows = maps["map"].sel(model="FAR saliency", layer=1)
     np.testing.assert_allclose(shown, (rows / rows.sum("key")).mean(("head", "sample")).values, rtol=1e-5)
     np.testing.assert_allclose(shown.sum(-1), 1.0, rtol=1e-5)  # the band is gone
-    assert _colorbar_labels(fig) == ["share of query row (attention & saliency)"]
+    assert _colorbar_labels(fig) == ["share of query row (attention & saliency)\n(square-root colour scale)"]
     plt.close(fig)
     fig = plot_cls_comparison(maps, layers=[1], heads=[0, 1], models=["teacher saliency", "FAR saliency"])
     labels = _colorbar_labels(fig)
