@@ -224,13 +224,14 @@ def ig_gap_note(ds: xr.Dataset) -> str:
         if not np.isfinite(gap).any():
             continue
         nodes = ds["ig_steps"].sel(model=m).values if "ig_steps" in ds else np.array([b["ig_steps"]])
-        parts.append(f"{m} {np.nanmedian(gap):.3f} / {np.nanmax(gap):.2f} ({int(nodes.min())}–{int(nodes.max())} nodes)")
+        span = f"{int(nodes.min())}–{int(nodes.max())}" if nodes.min() != nodes.max() else f"{int(nodes.min())}"
+        parts.append(f"{m} {np.nanmedian(gap):.3f} / {np.nanmax(gap):.3f} ({span} nodes)")
     tol = b.get("ig_tolerance")
     return ("Integrated Gradients' relative completeness gap |Σ attributions − (f(x) − f(b))| / |f(x) − f(b)|, median / "
             "largest over the images: " + "; ".join(parts) + f". Each image starts at {b['ig_steps']} Gauss–Legendre "
             "nodes" + (f" and doubles them while its gap exceeds {tol:g}, up to {b.get('ig_max_steps')}" if tol else "")
-            + "; a gap left above that is a path along which the logit jumps (FAR's LSTM gates, Sparsifiner's top-k "
-            "switching key sets), where no node count converges: those maps are approximate.")
+            + "; a gap left above that comes from a path along which the logit changes steeply or jumps (LSTM "
+            "gates, top-k key sets switching, ReLU kinks) or from a small f(x) − f(b): those maps are approximate.")
 
 
 def _fmt_count(n: float) -> str:
