@@ -21,9 +21,11 @@ one process; interleaved rounds make such load hit every model alike).
 
 Budget (:data:`BUDGETS`): on the demo, 20 held-out digits of all ten classes (``demo:val[25::50]``, two per class;
 the demo split is sorted by class, so ``demo:val[:20]`` would be all zeros; 20 rather than the CLI's 32 keeps
-``workbench figures --all`` in its cold budget), Integrated Gradients with 16
-Gauss–Legendre nodes (relative completeness gap ≤ 0.05 on the demo ViT teacher, 2e-6 at 50 nodes; large for FAR, whose logits change
-steeply along the path: table1 says where), 16 deletion / insertion steps, IG and a random
+``workbench figures --all`` in its cold budget), Integrated Gradients from 32 Gauss–Legendre nodes, doubled per
+image while its relative completeness gap exceeds 0.05, up to 256 (FAR's logits change steeply along the path: at a
+fixed 16 nodes its gap reached 5.6; compare.table2 reports each model's gap and nodes), 64 deletion / insertion steps
+(1/64 of the pixels per step: a digit's ~150 foreground pixels are gone after a few steps, so coarser curves carried
+no information beyond their first step), IG and a random
 map only (what the figures show; Saliency and rollout are a ``workbench compare`` away); top-1 agreement and KL on
 all 1000 held-out digits (forward passes only).
 """
@@ -367,15 +369,18 @@ figure("compare.fig2", paper=PAPER, data=_DATA, plot=plot_fig2,
                "(FAR) by their gradient-saliency dependency, against which the teacher's own saliency-vs-attention "
                "agreement (dashed) is the ceiling. Students without an attention hook are listed under the panel.")
 figure("compare.fig3", paper=PAPER, data=_DATA, plot=plot_fig3,
-       caption=f"Integrated Gradients (captum; {BUDGETS['demo'].ig_steps} Gauss–Legendre nodes on the demo, baseline = the dataset mean) of the class the "
+       caption=f"Integrated Gradients (captum; {BUDGETS['demo'].ig_steps} Gauss–Legendre nodes on the demo, doubled per "
+               f"image while its relative completeness gap exceeds {BUDGETS['demo'].ig_tolerance:g}, up to "
+               f"{BUDGETS['demo'].ig_max_steps}; baseline = the dataset mean) of the class the "
                "teacher predicts, for four held-out digits of different classes: the digits on top, the teacher's maps "
-               "below them, then every student's; red = evidence for the class, blue = against, each map scaled to its "
-               "own largest |value|; ρ = the map's rank correlation with the teacher's map of the same image.")
+               "below them, then every student's; red = evidence for the class, blue = against, each map scaled to the "
+               "99th percentile of its own |values| and clipped (a few extreme pixels no longer wash out the rest); "
+               "ρ = the map's rank correlation with the teacher's map of the same image; the gaps are in compare.table2.")
 figure("compare.fig4", paper=PAPER, data=_DATA, plot=plot_fig4,
-       caption="Faithfulness of each model's own Integrated Gradients maps: probability of the teacher's predicted class "
+       caption=f"Faithfulness of each model's own Integrated Gradients maps: probability of the teacher's predicted class "
                "as the most attributed pixels are deleted (set to zero, top; lower area = more faithful) or inserted "
-               "into a blurred copy (bottom; higher area = more faithful), mean over 20 held-out digits, 16 steps, AUC "
-               "in the legend; grey dotted: the teacher with a random map (chance).")
+               "into a blurred copy (bottom; higher area = more faithful), mean over 20 held-out digits, {BUDGETS['demo'].steps} steps (demo), AUC "
+               "under the panel; grey dotted: the teacher with a random map (chance).")
 figure("compare.table1", paper=PAPER, kind="table", data=(*_DATA, "compare.latency"), plot=table1,
        finding=Finding("each method's student keeps its teacher's top-1 at a lower cost",
                        "e.g. FAR +2.0 points over DeiT-Tiny (Table 1); Sparsifiner within 0.4 % at 48–69 % fewer "
