@@ -377,9 +377,9 @@ figure("compare.fig3", paper=PAPER, data=_DATA, plot=plot_fig3,
                "99th percentile of its own |values| and clipped (a few extreme pixels no longer wash out the rest); "
                "ρ = the map's rank correlation with the teacher's map of the same image; the gaps are in compare.table2.")
 figure("compare.fig4", paper=PAPER, data=_DATA, plot=plot_fig4,
-       caption=f"Faithfulness of each model's own Integrated Gradients maps: probability of the teacher's predicted class "
+       caption="Faithfulness of each model's own Integrated Gradients maps: probability of the teacher's predicted class "
                "as the most attributed pixels are deleted (set to zero, top; lower area = more faithful) or inserted "
-               "into a blurred copy (bottom; higher area = more faithful), mean over 20 held-out digits, {BUDGETS['demo'].steps} steps (demo), AUC "
+               f"into a blurred copy (bottom; higher area = more faithful), mean over 20 held-out digits, {BUDGETS['demo'].steps} steps (demo), AUC "
                "under the panel; grey dotted: the teacher with a random map (chance).")
 figure("compare.table1", paper=PAPER, kind="table", data=(*_DATA, "compare.latency"), plot=table1,
        finding=Finding("each method's student keeps its teacher's top-1 at a lower cost",
