@@ -26,7 +26,9 @@ student declares a *correspondence* (``correspondence={label: groups}``: its ``i
 forward order, replaces the teacher blocks ``groups[i]``, e.g. a Non-deep 3×2 student ``((0, 1), (2, 3), (4, 5))``).
 Then its block ``i`` is scored against the **last** teacher block of ``groups[i]`` and stored at that teacher
 block's position (the other positions of the group are NaN): the student block's output stands in for the
-residual stream after the whole group, the same pairing the Non-deep figures use (``nondeep.attention``).
+residual stream after the whole group, and it is the pairing the Non-deep students were distilled with (their
+attention-map loss matches block i to the group's last teacher block, ``methods.nondeep.teacher_layers``) and the one
+``nondeep.attention`` draws; the mean of the group's maps would score a map no teacher block computes.
 
 Where a part does not apply to a pair (no attention in a CNN teacher, no rollout for a FAR
 student, different class counts), it is left out — NaN for that model, or the part's variables
