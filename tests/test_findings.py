@@ -103,3 +103,19 @@ def test_far_table1_verdict_follows_the_data():
     assert table1_verdict(runs(0.945, 0.95)).status == "shown"
     assert table1_verdict(runs(0.80, 0.95)).status == "partly"
     assert table1_verdict(runs(0.80, 0.70)).status == "not shown"
+
+
+def test_far_table2_verdict_follows_the_data():
+    from workbench.figures.findings_far import table2_verdict
+
+    def rows(pruned_ms_384: float, pruned_gmacs: float = 1.0) -> xr.Dataset:
+        recs = [("DeiT-Tiny", 224, 1.25, 26.0), ("FAR-Tiny†", 224, pruned_gmacs, 31.0),
+                ("DeiT-Tiny", 384, 4.6, 100.0), ("FAR-Tiny†", 384, 3.1, pruned_ms_384), ("demo ViT", 28, 0.01, 1.0)]
+        return xr.Dataset({"model": ("row", [r[0] for r in recs]), "size": ("row", [r[1] for r in recs]),
+                           "gmacs": ("row", [r[2] for r in recs]), "ms": ("row", [r[3] for r in recs]),
+                           "family": ("row", [f"tiny-{r[1]}" if r[1] > 28 else "demo" for r in recs])},
+                          coords={"row": range(len(recs))})
+
+    assert table2_verdict(rows(85.0)).status == "shown"  # slower at 224² is the paper's own result, not a failure
+    assert table2_verdict(rows(110.0)).status == "partly"
+    assert table2_verdict(rows(85.0, pruned_gmacs=1.5)).status == "not shown"
