@@ -144,7 +144,11 @@ def test_figures_smoke(pairs, tmp_path):
         acc = runs[row["student"]].manifest["results"]["val_acc"]
         assert row["top-1 % (teacher)"] == f"{100 * acc:.1f} ({100 * teacher.manifest['results']['val_acc']:.1f})"
         assert float(row["CPU latency × teacher"]) > 0
+    assert len(table.columns) <= 8  # readable at paper size: what the students kept is compare.table2
+    kept = pd.read_csv(out / "compare.table2.csv")
+    assert kept["student"].tolist() == table["student"].tolist() and "CKA" in kept.columns
     index = (out / "index.md").read_text()
+    assert "[`compare.table1`](#compare-table1)" in index.split("## Contents")[0]  # a finding, in the findings table
     assert "## Teacher vs compressed" in index and "far_pruned-vit-smoke" in index
     assert '<img src="compare.fig3.png"' in index
 

@@ -91,7 +91,9 @@ def test_plots_draw_every_group(comparison):
     titles = [ax.get_title() for ax in fig.axes if ax.get_images()]
     assert len(titles) == 4 + 2 and titles[0].startswith("teacher (itself)") and "matched mean 1.00" in titles[1]
     fig2 = plot_map_agreement(comparison)
-    labels = [t.get_text() for t in fig2.axes[0].get_legend().get_texts()]
+    legends = [ax.get_legend() for ax in fig2.axes if ax.get_legend() is not None]
+    assert len(legends) == 1 and legends[0].axes is fig2.axes[-1]  # one per column, under its lowest panel
+    labels = [t.get_text() for t in legends[0].get_texts()]
     assert "far (saliency)" in labels and "copy (attention)" in labels and any("its saliency" in x for x in labels)
     fig3 = plot_attributions(two, n_images=3)
     assert sum(1 for ax in fig3.axes if ax.get_images()) == 3 * (1 + 4) + 3 * (1 + 2)  # images + maps

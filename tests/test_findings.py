@@ -73,3 +73,49 @@ def test_intervals_against_independent_computation():
     plo, phi = paired_diff_interval(a, b)
     ulo, uhi = diff_interval(a.mean(), a.size, b.mean(), b.size)
     assert plo < a.mean() - b.mean() < phi and (phi - plo) < (uhi - ulo)  # pairing narrows the interval
+
+
+def _table5(gap: float, n: int = 1000, seed: int = 0) -> xr.Dataset:
+    """nondeep.table5's layout: per-image correctness of the instant / linear ✗ / linear ✓ rows on the same images."""
+    rng = np.random.default_rng(seed)
+    base = rng.random(n) < 0.8
+    flip = rng.random(n) < abs(gap)
+    lin = np.where(flip, True, base) if gap > 0 else base
+    return xr.Dataset({"correct": (("row", "sample"), np.stack([base, lin, lin]).astype(bool))},
+                      coords={"schedule": ("row", ["instant", "linear", "linear"]), "div": ("row", [False, False, True])})
+
+
+def test_nondeep_table5_verdict_follows_the_data():
+    from workbench.figures.findings_nondeep import table5_verdict
+
+    assert table5_verdict(_table5(0.3)).status == "shown"
+    v = table5_verdict(_table5(0.0))
+    assert v.status == "not shown" and "no difference" in v.reason and "+0.0 points" in v.statistic
+
+
+def test_far_table1_verdict_follows_the_data():
+    from workbench.figures.findings_far import table1_verdict
+
+    def runs(far: float, pruned: float) -> xr.Dataset:
+        return xr.Dataset({"kind": ("row", ["DeiT", "FAR", "FAR†"]), "val_acc": ("row", [0.95, far, pruned]),
+                           "val_images": ("row", [1000.0] * 3)})
+
+    assert table1_verdict(runs(0.945, 0.95)).status == "shown"
+    assert table1_verdict(runs(0.80, 0.95)).status == "partly"
+    assert table1_verdict(runs(0.80, 0.70)).status == "not shown"
+
+
+def test_far_table2_verdict_follows_the_data():
+    from workbench.figures.findings_far import table2_verdict
+
+    def rows(pruned_ms_384: float, pruned_gmacs: float = 1.0) -> xr.Dataset:
+        recs = [("DeiT-Tiny", 224, 1.25, 26.0), ("FAR-Tiny†", 224, pruned_gmacs, 31.0),
+                ("DeiT-Tiny", 384, 4.6, 100.0), ("FAR-Tiny†", 384, 3.1, pruned_ms_384), ("demo ViT", 28, 0.01, 1.0)]
+        return xr.Dataset({"model": ("row", [r[0] for r in recs]), "size": ("row", [r[1] for r in recs]),
+                           "gmacs": ("row", [r[2] for r in recs]), "ms": ("row", [r[3] for r in recs]),
+                           "family": ("row", [f"tiny-{r[1]}" if r[1] > 28 else "demo" for r in recs])},
+                          coords={"row": range(len(recs))})
+
+    assert table2_verdict(rows(85.0)).status == "shown"  # slower at 224² is the paper's own result, not a failure
+    assert table2_verdict(rows(110.0)).status == "partly"
+    assert table2_verdict(rows(85.0, pruned_gmacs=1.5)).status == "not shown"

@@ -200,6 +200,12 @@ def test_plots_draw_from_datasets():
     lam = np.stack([np.minimum(t, 1), np.ones_like(t)])
     figs.append(plot_lambda_schedules(xr.Dataset({"lam": (("schedule", "t"), lam)},
                                                  coords={"schedule": ["linear", "instant"], "t": t})))
+    small = ds.assign(cosine=ds["cosine"] * 0.01)  # near-0 similarities (nondeep.fig5): the scale follows the data
+    fig = plot_similarity_summary(small, {"cosine": "weights"}, limit=None)
+    top = max(float(np.nanmax(np.abs(pair_mean(small["cosine"].sel(model=m))[0].values))) for m in ("a", "b"))
+    vmax = fig.axes[0].images[0].norm.vmax
+    assert top <= vmax < 2 * top and "not ±1" in fig.axes[-1].get_ylabel()
+    figs.append(fig)
     for fig in figs:
         assert fig.axes
         plt.close(fig)

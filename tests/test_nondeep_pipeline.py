@@ -173,7 +173,9 @@ def test_nondeep_figures_smoke(student, tmp_path):
     assert "nondeep-n2-vit-smoke" in (out / "index.md").read_text()
     table5 = pd.read_csv(out / "nondeep.table5.csv")
     lin = table5[(table5["λ schedule"] == "linear") & (table5["div. reg."] == "✓")]["demo top-1 (%)"].item()
-    ablation = run(open_run("teacher-vit-smoke"), branches=3, schedule="linear", diversity=0.05, table5=True)
+    from workbench.pipelines.nondeep_budgets import ABLATION_ALPHA
+
+    ablation = run(open_run("teacher-vit-smoke"), branches=3, schedule="linear", diversity=ABLATION_ALPHA, table5=True)
     assert lin == round(100 * ablation.manifest["results"]["val_acc"], 1)  # the table shows the run, reused
     exact = pd.read_csv(out / "nondeep.exactness.csv").set_index("formula")
     assert float(exact.loc["exact (ours)", "3×2 f64"]) <= 1e-10 and float(exact.loc["Eq. 5–7", "3×2 f64"]) > 1e-3

@@ -67,7 +67,7 @@ def test_attention_grid_matrices():
     assert isinstance(fig, matplotlib.figure.Figure)
     assert "sample 11" in fig.get_suptitle()
     (cbar,) = colorbars(fig)
-    assert cbar.get_ylabel() == "attention probability"
+    assert cbar.get_ylabel() == "attention probability\n(square-root colour scale)"  # the default scale, named
     assert "layer 2 · head 1" in titles(fig)
     panels = [a for a in fig.axes if a.get_label() != "<colorbar>"]
     assert len(panels) == 2 * 3

@@ -69,16 +69,47 @@ def test_unnormalised_maps_keep_query_magnitude_and_share_scales_by_unit():
     assert shown[4].mean() > 5 * np.delete(shown, 4, axis=0).mean()  # the band is there
     assert panels[1].images[0].norm.vmax == panels[2].images[0].norm.vmax  # one scale for the two saliencies
     assert panels[0].images[0].norm.vmax != panels[1].images[0].norm.vmax
-    assert sorted(_colorbar_labels(fig)) == ["attention: probability", "saliency: gradient norm"]
+    assert sorted(_colorbar_labels(fig)) == ["attention: probability\n(square-root colour scale)",
+                                             "saliency: gradient norm\n(square-root colour scale)"]  # the default
     plt.close(fig)
     fig = plot_token_maps(maps, layer=1, normalize="row")
     shown = [a for a in fig.axes if a.get_label() != "<colorbar>"][2].images[0].get_array()
     rows = maps["map"].sel(model="FAR saliency", layer=1)
     np.testing.assert_allclose(shown, (rows / rows.sum("key")).mean(("head", "sample")).values, rtol=1e-5)
     np.testing.assert_allclose(shown.sum(-1), 1.0, rtol=1e-5)  # the band is gone
-    assert _colorbar_labels(fig) == ["share of query row (attention & saliency)"]
+    assert _colorbar_labels(fig) == ["share of query row (attention & saliency)\n(square-root colour scale)"]
     plt.close(fig)
     fig = plot_cls_comparison(maps, layers=[1], heads=[0, 1], models=["teacher saliency", "FAR saliency"])
     labels = _colorbar_labels(fig)
     assert len(labels) == 2 and all("gradient norm" in s for s in labels)
     plt.close(fig)
+
+
+def _agreement_views(far_rho: float, seed: int = 0) -> xr.Dataset:
+    """far.agreement's layout: views × (FAR saliency, teacher saliency) × 8 images × 3 layers; the teacher's
+    like-for-like rows are all NaN (it is the reference there), as in the stored data."""
+    rng = np.random.default_rng(seed)
+    views, models = ["paper-style", "like-for-like", "like-for-like, raw"], ["FAR saliency", "teacher saliency"]
+    v = np.empty((3, 2, 8, 3))
+    v[:, 0] = far_rho + 0.02 * rng.standard_normal((3, 8, 3))
+    v[:, 1] = 0.9 + 0.02 * rng.standard_normal((3, 8, 3))
+    v[1:, 1] = np.nan
+    return xr.Dataset({m: (("view", "model", "sample", "layer"), v.copy()) for m in ("spearman", "pearson", "js")},
+                      coords={"view": views, "model": models, "sample": np.arange(8), "layer": np.arange(3),
+                              "reference": ("view", ["teacher attention", "teacher saliency", "teacher saliency"]),
+                              "normalize": ("view", ["row", "row", "none"])})
+
+
+def test_far_agreement_legend_names_each_reference_and_the_verdict_follows_the_data():
+    from workbench.figures.far import plot_agreement_views
+    from workbench.figures.findings_far import agreement_verdict
+
+    fig = plot_agreement_views(_agreement_views(0.1))
+    names = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "FAR saliency vs teacher saliency" in names and "FAR saliency vs teacher attention" in names
+    assert not any("teacher saliency vs teacher saliency" in n for n in names)  # all-NaN rows: no legend entry
+    assert "ceiling of 0.9" in fig._suptitle.get_text()
+    plt.close(fig)
+    assert agreement_verdict(_agreement_views(0.1)).status == "partly"
+    assert agreement_verdict(_agreement_views(0.6)).status == "shown"
+    assert agreement_verdict(_agreement_views(0.0)).status == "not shown"

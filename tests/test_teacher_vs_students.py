@@ -124,6 +124,28 @@ def test_integrated_gradients_completeness():
     np.testing.assert_allclose(delta.numpy(), ((total - gap).abs() / gap.abs()).numpy(), atol=1e-5)
 
 
+def test_refined_integrated_gradients_adds_nodes_where_the_gap_is_large():
+    from workbench.analysis.attribution import refined_integrated_gradients
+
+    torch.manual_seed(0)
+    model = create_model("vit_demo").eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(2.0)
+    x = torch.randn(4, 1, 28, 28)
+    target = model(x).argmax(-1)
+    _, _, coarse = integrated_gradients(model, x, target, n_steps=2)
+    assert (coarse > 0.01).any()
+    attr, amap, rel, used = refined_integrated_gradients(model, x, target, n_steps=2, tolerance=0.01, max_steps=64)
+    assert ((rel <= 0.01) | (used == 64)).all() and (used > 2).any() and (rel <= coarse + 1e-12).all()
+    for i in range(len(x)):  # each image's map is plain IG at the nodes it reports
+        want, _, want_rel = integrated_gradients(model, x[i:i + 1], target[i:i + 1], n_steps=int(used[i]))
+        np.testing.assert_allclose(attr[i:i + 1].numpy(), want.numpy(), atol=1e-4 * want.abs().max().item())
+        np.testing.assert_allclose(rel[i].item(), want_rel.item(), atol=1e-4)  # float32 sums: 1e-4 of the gap scale
+    _, _, _, plain = refined_integrated_gradients(model, x, target, n_steps=2)
+    assert (plain == 2).all()
+
+
 def test_attention_rollout_equals_a_hand_computed_product():
     model = _tiny_vit()
     with torch.no_grad():  # peaked attention, so that the product is far from uniform
@@ -295,6 +317,42 @@ def test_compare_vit_pair_and_store_round_trip(tmp_path):
     np.testing.assert_array_equal(back["cka"].values, ds["cka"].values)
     assert back["student_layer_name"].sel(model="small").values.tolist()[:4] == ["blocks.0", "blocks.1", "blocks.2", ""]
     assert back["sample"].values.tolist() == list(range(6)) and "small" in back.attrs["models"]
+
+
+def test_block_correspondence_pairs_each_student_block_with_the_last_block_it_replaces():
+    """A hand-built 3-block student = the teacher's first three blocks: its block i computes teacher block i's attention
+    exactly, so declared one-to-one it scores ρ = 1; declared as replacing ((0,), (1, 2, 3), (4, 5)) its block 1 must be
+    scored against teacher block 3 and block 2 against block 5 (scores recomputed here from the hooks)."""
+    from methods.hooks import run_with_cache
+    from workbench.figures import consecutive_groups
+
+    torch.manual_seed(0)
+    teacher = create_model("vit_demo").eval()
+    student = copy.deepcopy(teacher)
+    student.blocks = nn.Sequential(*[copy.deepcopy(teacher.blocks[i]) for i in range(3)])
+    student.eval()
+    x = torch.randn(5, 1, 28, 28)
+    groups = {"one-to-one": ((0,), (1,), (2,)), "grouped": ((0,), (1, 2, 3), (4, 5))}
+    ds = compare_models(teacher, {"one-to-one": copy.deepcopy(student), "grouped": student}, x, parts=("maps",),
+                        correspondence=groups, **FAST)
+    rho = ds["map_spearman_avg"]
+    np.testing.assert_allclose(rho.sel(model="one-to-one", layer=[0, 1, 2]).values, 1.0, atol=1e-9)
+    assert np.isnan(rho.sel(model="one-to-one", layer=[3, 4, 5])).all()
+    assert ds["map_student_block"].sel(model="grouped").values.tolist() == ["blocks.0", "", "", "blocks.1", "",
+                                                                            "blocks.2"]
+    assert np.isnan(rho.sel(model="grouped", layer=[1, 2, 4])).all()
+    names = [f"blocks.{i}.attn.hook_pattern" for i in range(6)]
+    _, t_cache = run_with_cache(teacher, x, names=names)
+    _, s_cache = run_with_cache(student, x, names=names[:3])
+    for t_block, s_block in ((0, 0), (3, 1), (5, 2)):
+        want = token_map_agreement(t_cache[names[t_block]], s_cache[names[s_block]])["spearman_avg"]
+        np.testing.assert_allclose(rho.sel(model="grouped", layer=t_block).values, want, atol=1e-9)
+    assert (rho.sel(model="grouped", layer=[3, 5]) < 0.999).all()  # not the teacher's own block 1 / 2
+    assert consecutive_groups(6, 2) == ((0, 1), (2, 3), (4, 5))
+    with pytest.raises(ValueError, match="names 2 student blocks, the student has 3"):
+        compare_models(teacher, {"s": student}, x, parts=("maps",), correspondence={"s": ((0, 1), (2, 3))}, **FAST)
+    with pytest.raises(ValueError, match="not students"):
+        compare_models(teacher, {"s": student}, x, parts=("maps",), correspondence={"t": ((0,),)}, **FAST)
 
 
 def test_compare_vit_with_far_uses_saliency_maps():

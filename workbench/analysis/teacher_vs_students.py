@@ -21,7 +21,14 @@ Which layers: a model's *blocks* are its hook points ``*.hook_resid_post`` (ViT 
 FAR blocks, any method's blocks named by the contract), or, for a model without any,
 ``stages.*.hook_out`` (CNN / SA-ResNet stages); override with ``representations``. A block's name
 is the hook name without its suffix (``blocks.3``, ``layers.1.blocks.0``, ``stages.2``). Token maps
-are matched by block name, so the teacher's ``blocks.3`` meets the student's ``blocks.3``.
+are matched by block name, so the teacher's ``blocks.3`` meets the student's ``blocks.3`` — unless the
+student declares a *correspondence* (``correspondence={label: groups}``: its ``i``-th attention block, in
+forward order, replaces the teacher blocks ``groups[i]``, e.g. a Non-deep 3×2 student ``((0, 1), (2, 3), (4, 5))``).
+Then its block ``i`` is scored against the **last** teacher block of ``groups[i]`` and stored at that teacher
+block's position (the other positions of the group are NaN): the student block's output stands in for the
+residual stream after the whole group, and it is the pairing the Non-deep students were distilled with (their
+attention-map loss matches block i to the group's last teacher block, ``methods.nondeep.teacher_layers``) and the one
+``nondeep.attention`` draws; the mean of the group's maps would score a map no teacher block computes.
 
 Where a part does not apply to a pair (no attention in a CNN teacher, no rollout for a FAR
 student, different class counts), it is left out — NaN for that model, or the part's variables
@@ -43,13 +50,15 @@ Variables (present when their part ran):
   self-similarity); ``block_cosine(model, sample, layer)`` float64;
 - ``map_js``/``map_topk``/``map_spearman(model, sample, layer, head)`` and ``…_avg(model, sample, layer)``
   float64, coords ``map_measure(model, layer)`` ("attention", "saliency" or ""), ``num_heads(layer)``;
-  ``layer`` = the teacher's block index, coord ``layer_name(layer)``. The teacher's row holds its
+  ``layer`` = the teacher's block index, coord ``layer_name(layer)``; coord ``map_student_block(model, layer)``
+  = the student block scored there ("" where none). The teacher's row holds its
   own saliency against its own attention when any student is compared by saliency (the agreement
   of the two measures on one network: the reference for an attention-free student), else NaN;
 - ``pred``, ``top1_agreement``, ``kl``, ``correct(model, sample)``; ``agreement``, ``kl_mean``,
   ``accuracy(model)``; coord ``label(sample)`` (-1 = unknown);
 - ``attribution_map(model, attribution, sample, y, x)`` float32 (``y``, ``x`` = image pixels here,
-  not patches); ``ig_delta(model, sample)`` (relative IG completeness gap);
+  not patches); ``ig_delta(model, sample)`` (relative IG completeness gap); ``ig_steps(model, sample)``
+  (Gauss–Legendre nodes used: ``ig_steps``, more where ``ig_tolerance`` asked for them; 0 = no IG);
   ``attribution_spearman``/``attribution_topk``/``attribution_cosine(model, attribution, sample)``
   against the teacher's map (teacher: NaN); coord ``target(sample)`` — the class explained
   (``target(model, sample)`` with ``target="own"``);
@@ -84,7 +93,7 @@ from workbench.analysis.tokens import vit_token_layout
 from workbench.progress import progress_bar
 from workbench.provenance import DataSource, ModelSource, config_json, stamp
 
-__all__ = ["PARTS", "Part", "CompareConfig", "compare_models", "representation_names", "model_features",
+__all__ = ["PARTS", "Part", "CompareConfig", "compare_models", "block_pairs", "representation_names", "model_features",
            "stamp_comparison"]
 
 Part = Literal["cka", "maps", "predictions", "attributions", "faithfulness"]
@@ -100,6 +109,9 @@ class CompareConfig:
     attributions: tuple[str, ...] = ATTRIBUTIONS  # attribution methods (rollout only where it applies)
     target: Literal["teacher", "own", "label"] = "teacher"  # class explained: teacher's top-1, model's own, label
     ig_steps: int = 50  # Gauss–Legendre nodes of Integrated Gradients
+    ig_tolerance: float | None = None  # relative completeness gap above which an image's IG is redone with 2× the
+    # nodes, up to ig_max_steps (analysis.attribution.refined_integrated_gradients); None: ig_steps only
+    ig_max_steps: int = 256  # most Gauss–Legendre nodes an image's IG may take when refining
     topk: float = 0.1  # top-k overlap: k as a fraction of pixels (attributions) / keys (token maps)
     student_maps: Literal["auto", "attention", "dependency"] = "auto"  # student token map; auto: attention if any
     steps: int = 16  # deletion / insertion steps (curves have steps + 1 points)
@@ -123,6 +135,8 @@ class CompareConfig:
             raise ValueError(f"student_maps must be 'auto', 'attention' or 'dependency', got {self.student_maps!r}")
         if not 0 < self.topk <= 1:
             raise ValueError(f"topk is a fraction in (0, 1], got {self.topk}")
+        if self.ig_tolerance is not None and (self.ig_tolerance <= 0 or self.ig_max_steps < self.ig_steps):
+            raise ValueError("ig_tolerance must be positive and ig_max_steps at least ig_steps")
         if self.steps < 1 or self.ig_steps < 1 or self.batch_size < 1:
             raise ValueError("steps, ig_steps and batch_size must be positive")
 
@@ -217,8 +231,33 @@ def _block_indices(blocks: Sequence[str]) -> list[int]:
             if b.count(".") == 1 and b.startswith("blocks.") and b.split(".")[1].isdigit()]
 
 
+def block_pairs(teacher_blocks: Sequence[str], student_blocks: Sequence[str],
+                groups: Sequence[Sequence[int]] | None) -> dict[str, str]:
+    """Teacher block name -> the student block scored against it (module docstring, "correspondence").
+
+    Args:
+        teacher_blocks: the teacher's blocks in forward order (``blocks.0`` …).
+        student_blocks: the student's blocks in forward order.
+        groups: ``groups[i]`` = the teacher block indices the student's block ``i`` replaces; None: by name.
+
+    Raises:
+        ValueError: groups that do not fit the two models' depths.
+    """
+    if groups is None:
+        return {b: b for b in teacher_blocks}
+    groups = [tuple(int(j) for j in g) for g in groups]
+    if len(groups) != len(student_blocks):
+        raise ValueError(f"the correspondence names {len(groups)} student blocks, the student has "
+                         f"{len(student_blocks)} ({list(student_blocks)})")
+    bad = [g for g in groups if not g or not all(0 <= j < len(teacher_blocks) for j in g)]
+    if bad:
+        raise ValueError(f"correspondence groups {bad} are empty or name teacher blocks outside 0…{len(teacher_blocks) - 1}")
+    return {teacher_blocks[g[-1]]: s for g, s in zip(groups, student_blocks)}
+
+
 def _maps_part(models: Mapping[str, nn.Module], images: torch.Tensor, reference: str, layer_names: list[str],
-               cfg: CompareConfig, notes: dict, bar: Any) -> xr.Dataset | str:
+               cfg: CompareConfig, notes: dict, bar: Any,
+               correspondence: Mapping[str, Sequence[Sequence[int]]] | None = None) -> xr.Dataset | str:
     bar.set_postfix_str(f"maps: {reference}")
     ref = attention_maps(models[reference], images, batch_size=cfg.batch_size)
     bar.update()
@@ -231,6 +270,7 @@ def _maps_part(models: Mapping[str, nn.Module], images: torch.Tensor, reference:
     out = {m: np.full((*shape, heads), np.nan) for m in METRICS}
     out.update({f"{m}_avg": np.full(shape, np.nan) for m in METRICS})
     measure = np.full((len(models), len(blocks)), "", dtype=object)
+    paired = np.full((len(models), len(blocks)), "", dtype=object)
 
     def score(mi: int, li: int, a: torch.Tensor, b: torch.Tensor) -> None:
         r = token_map_agreement(a, b, topk=cfg.topk)
@@ -244,7 +284,10 @@ def _maps_part(models: Mapping[str, nn.Module], images: torch.Tensor, reference:
             continue
         bar.set_postfix_str(f"maps: {label}")
         att = attention_maps(model, images, batch_size=cfg.batch_size) if cfg.student_maps != "dependency" else {}
-        want_sal = [b for b in blocks if b not in att or cfg.student_maps == "dependency"]
+        groups = (correspondence or {}).get(label)
+        own_blocks = list(att) or [f"blocks.{i}" for i in range(len(getattr(model, "blocks", [])))]
+        pair = block_pairs(blocks, own_blocks, groups)
+        want_sal = [pair[b] for b in blocks if b in pair and (pair[b] not in att or cfg.student_maps == "dependency")]
         sal: dict[str, torch.Tensor] = {}
         if want_sal and cfg.student_maps != "attention":
             if not isinstance(getattr(model, "blocks", None), (nn.Sequential, nn.ModuleList)):
@@ -257,15 +300,19 @@ def _maps_part(models: Mapping[str, nn.Module], images: torch.Tensor, reference:
                     notes.setdefault("maps", {})[label] = f"no gradient-saliency dependency for {want_sal}: {err}"
         missing = []
         for li, b in enumerate(blocks):
-            if b in att and cfg.student_maps != "dependency":
-                student, kind = att[b], "attention"
+            if b not in pair:  # inside a group the student replaces: scored at the group's last block
+                continue
+            sb = pair[b]
+            if sb in att and cfg.student_maps != "dependency":
+                student, kind = att[sb], "attention"
             else:
-                student, kind = sal.get(b), "saliency"
+                student, kind = sal.get(sb), "saliency"
             if student is None or student.shape[0] != b_count or student.shape[2:] != ref[b].shape[2:]:
                 missing.append(b)
                 continue
             score(mi, li, ref[b], student)
             measure[mi, li] = kind
+            paired[mi, li] = sb
             saliency_used |= kind == "saliency"
         if missing and label not in notes.get("maps", {}):
             notes.setdefault("maps", {})[label] = f"no token map lining up with the teacher's for blocks {missing}"
@@ -278,6 +325,7 @@ def _maps_part(models: Mapping[str, nn.Module], images: torch.Tensor, reference:
                 if b in own:
                     score(ti, li, ref[b], own[b])
                     measure[ti, li] = "saliency"
+                    paired[ti, li] = b
         except ValueError as err:
             notes.setdefault("maps", {})[reference] = f"no saliency of the teacher: {err}"
     else:
@@ -289,7 +337,8 @@ def _maps_part(models: Mapping[str, nn.Module], images: torch.Tensor, reference:
          **{f"map_{m}_avg": (dims, out[f"{m}_avg"]) for m in METRICS}},
         coords={"model": list(models), "sample": np.arange(b_count), "layer": lay, "head": np.arange(heads),
                 "layer_name": ("layer", blocks), "num_heads": ("layer", [ref[b].shape[1] for b in blocks]),
-                "map_measure": (("model", "layer"), measure.astype(str))},
+                "map_measure": (("model", "layer"), measure.astype(str)),
+                "map_student_block": (("model", "layer"), paired.astype(str))},
     )
     for m, u in (("js", "bits"), ("topk", "fraction"), ("spearman", "rank correlation")):
         ds[f"map_{m}"].attrs["units"] = ds[f"map_{m}_avg"].attrs["units"] = u
@@ -319,17 +368,20 @@ def _attribution_parts(models: Mapping[str, nn.Module], images: torch.Tensor, ta
     n_m = len(models)
     maps = np.full((n_m, len(methods), b, h, w), np.nan, dtype=np.float32)
     delta = np.full((n_m, b), np.nan)
+    nodes = np.zeros((n_m, b), dtype=np.int64)
     raw_ig: dict[str, torch.Tensor] = {}
     got: dict[str, dict[str, torch.Tensor]] = {}
     for mi, (label, model) in enumerate(models.items()):
         bar.set_postfix_str(f"attributions: {label}")
         mp, raw, skipped = attribution_maps(model, images, targets[label], methods=methods, n_steps=cfg.ig_steps,
-                                            batch_size=cfg.batch_size, seed=cfg.seed + mi)
+                                            batch_size=cfg.batch_size, seed=cfg.seed + mi,
+                                            ig_tolerance=cfg.ig_tolerance, ig_max_steps=cfg.ig_max_steps)
         got[label] = mp
         for k, v in mp.items():
             maps[mi, methods.index(k)] = v.detach().float().cpu().numpy()
         if "ig_delta" in raw:
             delta[mi] = raw["ig_delta"].cpu().numpy()
+            nodes[mi] = raw["ig_steps"].cpu().numpy()
             raw_ig[label] = raw["integrated_gradients"]
         for k, why in skipped.items():
             notes.setdefault(k, {})[label] = why
@@ -350,7 +402,7 @@ def _attribution_parts(models: Mapping[str, nn.Module], images: torch.Tensor, ta
     else:
         coords["target"] = ("sample", tgt)
     ds = xr.Dataset({"attribution_map": (("model", "attribution", "sample", "y", "x"), maps),
-                     "ig_delta": (("model", "sample"), delta),
+                     "ig_delta": (("model", "sample"), delta), "ig_steps": (("model", "sample"), nodes),
                      **{f"attribution_{k}": (("model", "attribution", "sample"), v) for k, v in agree.items()}},
                     coords=coords)
     ds["ig_delta"].attrs.update(units="fraction", long_name="|Σ IG − (f(x) − f(baseline))| / |f(x) − f(baseline)|")
@@ -396,7 +448,8 @@ def _attribution_parts(models: Mapping[str, nn.Module], images: torch.Tensor, ta
 def compare_models(teacher: nn.Module, students: Mapping[str, nn.Module], images: torch.Tensor,
                    labels: np.ndarray | torch.Tensor | Sequence[int] | None = None, *,
                    parts: Sequence[str] = PARTS, teacher_name: str = "teacher",
-                   representations: Mapping[str, str | Sequence[str]] | None = None, **options) -> xr.Dataset:
+                   representations: Mapping[str, str | Sequence[str]] | None = None,
+                   correspondence: Mapping[str, Sequence[Sequence[int]]] | None = None, **options) -> xr.Dataset:
     """Compare a teacher with its students on the same images (module docstring: parts and layout).
 
     Args:
@@ -408,6 +461,8 @@ def compare_models(teacher: nn.Module, students: Mapping[str, nn.Module], images
         teacher_name: the teacher's ``model`` label.
         representations: model label -> fnmatch pattern(s) of the hook points used as its block
             outputs (default: :func:`representation_names`).
+        correspondence: student label -> ``groups``, ``groups[i]`` = the teacher block indices its ``i``-th
+            block replaces (students of another depth, e.g. Non-deep; module docstring); others: by block name.
         **options: fields of :class:`CompareConfig` (``ig_steps``, ``steps``, ``topk``, ``batch_size`` …).
 
     Returns:
@@ -425,6 +480,9 @@ def compare_models(teacher: nn.Module, students: Mapping[str, nn.Module], images
         raise ValueError(f"a student is labelled {teacher_name!r}, the teacher's label; rename it or pass "
                          "teacher_name=")
     models = {teacher_name: teacher, **students}
+    stray = sorted(set(correspondence or {}) - set(students))
+    if stray:
+        raise ValueError(f"a block correspondence is given for {stray}, which are not students ({list(students)})")
     training = [k for k, m in models.items() if m.training]
     if training:
         raise ValueError(f"models in training mode: {training}; call .eval() (dropout would make every part random)")
@@ -442,7 +500,7 @@ def compare_models(teacher: nn.Module, students: Mapping[str, nn.Module], images
     steps = len(models) * len(per_model) + ("cka" in cfg.parts) + ("predictions" in cfg.parts)
     with progress_bar(steps, "compare") as bar:
         out, rep_names = _compare_parts(models, images, lab, teacher_name, representations, cfg, notes, skipped,
-                                        seconds, bar)
+                                        seconds, bar, correspondence)
     result = xr.merge(out, join="outer", compat="no_conflicts", combine_attrs="drop") if out else xr.Dataset()
     for part in out:  # the parts' own attrs are dropped by the merge; their variables' attrs (units, nan_means) stay
         for name, var in part.data_vars.items():
@@ -451,7 +509,8 @@ def compare_models(teacher: nn.Module, students: Mapping[str, nn.Module], images
     if lab is not None and "sample" in result.dims:
         result = result.assign_coords(label=("sample", lab))
     config = {**asdict(cfg), "teacher_name": teacher_name, "students": list(students),
-              "representations": {k: list(v) for k, v in rep_names.items()}}
+              "representations": {k: list(v) for k, v in rep_names.items()},
+              "correspondence": {k: [list(g) for g in v] for k, v in (correspondence or {}).items()}}
     return result.assign_attrs(
         analysis="compare", config=config_json(**config), reference=teacher_name,
         skipped=json.dumps(skipped, sort_keys=True), notes=json.dumps(notes, sort_keys=True),
@@ -461,7 +520,9 @@ def compare_models(teacher: nn.Module, students: Mapping[str, nn.Module], images
 
 def _compare_parts(models: dict[str, nn.Module], images: torch.Tensor, lab: np.ndarray | None, teacher_name: str,
                    representations: Mapping[str, str | Sequence[str]] | None, cfg: CompareConfig, notes: dict,
-                   skipped: dict, seconds: dict, bar: Any) -> tuple[list[xr.Dataset], dict[str, list[str]]]:
+                   skipped: dict, seconds: dict, bar: Any,
+                   correspondence: Mapping[str, Sequence[Sequence[int]]] | None = None
+                   ) -> tuple[list[xr.Dataset], dict[str, list[str]]]:
     """The parts of :func:`compare_models` (filling ``notes``, ``skipped``, ``seconds``), one ``bar`` step per model
     and part; returns the parts' Datasets and every model's representation names."""
     start = time.perf_counter()
@@ -487,7 +548,7 @@ def _compare_parts(models: dict[str, nn.Module], images: torch.Tensor, lab: np.n
         bar.update()
     if "maps" in cfg.parts:
         start = time.perf_counter()
-        ds = _maps_part(models, images, teacher_name, layer_names, cfg, notes, bar)
+        ds = _maps_part(models, images, teacher_name, layer_names, cfg, notes, bar, correspondence)
         if isinstance(ds, str):
             skipped["maps"] = ds
         else:
@@ -508,7 +569,7 @@ def _compare_parts(models: dict[str, nn.Module], images: torch.Tensor, lab: np.n
         targets = _targets({k: logits[k] for k in same}, teacher_name, lab, cfg)
         ds = _attribution_parts(usable, images, targets, teacher_name, cfg, notes, seconds, bar)
         if "attributions" not in cfg.parts:
-            ds = ds.drop_vars([v for v in ds.data_vars if v.startswith("attribution_") or v == "ig_delta"])
+            ds = ds.drop_vars([v for v in ds.data_vars if v.startswith("attribution_") or v in ("ig_delta", "ig_steps")])
         out.append(ds)
     bar.update(bar.total - bar.n)  # the steps of parts left out (a teacher without attention, other classes)
     return out, rep_names

@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 
     from workbench.figures.context import Context
 
-__all__ = ["Verdict", "Finding", "DataSpec", "FigureSpec", "StudentSpec", "DATA", "FIGURES", "STUDENTS", "GROUPS",
-           "dataset", "figure", "student", "group", "paper_titles", "load_all", "get", "closure"]
+__all__ = ["Verdict", "Finding", "DataSpec", "FigureSpec", "StudentSpec", "consecutive_groups", "DATA", "FIGURES",
+           "STUDENTS", "GROUPS", "dataset", "figure", "student", "group", "paper_titles", "load_all", "get", "closure"]
 
 
 Status = Literal["shown", "partly", "not shown"]
@@ -121,6 +121,19 @@ class StudentSpec:
     run: Callable[["Context"], Any]  # fn(ctx) -> the student's Run (reused: the ``after`` data trained it)
     deploy: Callable[[Any], Any] | None = None  # fn(model) -> its inference form, counted (MACs) and timed by
     # compare.table1, for a run that saves its train form (e.g. a gated model whose pruned form skips work); None: as saved
+    blocks: tuple[tuple[int, ...], ...] | None = None  # block correspondence: blocks[i] = the teacher block indices the
+    # student's block i replaces (a student of another depth, e.g. Non-deep); None: block i is teacher block i
+
+
+def consecutive_groups(depth: int, n: int) -> tuple[tuple[int, ...], ...]:
+    """``depth / n`` student blocks each replacing ``n`` consecutive teacher blocks: ``((0, …, n−1), (n, …), …)``.
+
+    Raises:
+        ValueError: ``n`` does not divide ``depth``.
+    """
+    if n < 1 or depth % n:
+        raise ValueError(f"{n} consecutive blocks do not tile a depth of {depth}")
+    return tuple(tuple(range(n * i, n * i + n)) for i in range(depth // n))
 
 
 DATA: dict[str, DataSpec] = {}
@@ -162,15 +175,19 @@ def dataset(id: str, *, after: tuple[str, ...] | Callable[[], Iterable[str]] = (
 
 
 def student(label: str, *, method: str, teacher: str, after: tuple[str, ...],
-            deploy: Callable[[Any], Any] | None = None):
+            deploy: Callable[[Any], Any] | None = None, blocks: tuple[tuple[int, ...], ...] | None = None):
     """Decorator registering ``fn(ctx) -> Run`` as a student the comparison figures include (see :class:`StudentSpec`).
 
     ``deploy``: ``fn(model) -> model``, the inference form of the run's saved model whose MACs and latency the
     comparison reports (e.g. a pruned model built from a gated one); by default the saved model itself.
+    ``blocks``: the block correspondence (``blocks[i]`` = the teacher blocks the student's block ``i`` replaces,
+    e.g. :func:`consecutive_groups`), for a student of another depth; the comparison scores block ``i`` against
+    the last of them (:func:`workbench.analysis.comparison.block_pairs`).
     """
 
     def deco(fn: Callable[["Context"], Any]) -> Callable[["Context"], Any]:
-        STUDENTS[label] = StudentSpec(label, method, teacher, tuple(after), fn, deploy)
+        STUDENTS[label] = StudentSpec(label, method, teacher, tuple(after), fn, deploy,
+                                      None if blocks is None else tuple(tuple(g) for g in blocks))
         return fn
 
     return deco

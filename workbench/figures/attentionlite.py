@@ -223,7 +223,8 @@ def _table_data(ctx: Context, stem: str) -> xr.Dataset:
     ours = dataset_rows(ctx.data("attentionlite.paper_size"))
     rows = _paper_rows(ctx.paper("attentionlite")["table1" if stem == "conv" else "table2"], ours, stem)
     curves = [ctx.data("attentionlite.fig2"), ctx.data("attentionlite.fig3")]
-    rows += _demo_rows(curves, "hybrid")
+    if stem == "conv":  # the demo trains hybrid students only: Table 2 (homogeneous) gets no demo rows
+        rows += _demo_rows(curves, "hybrid")
     budget = json.loads(curves[0].attrs["budget"])
     return rows_to_dataset(rows).assign_attrs(budget=json.dumps(budget), teacher_params=int(curves[0].final_teacher_params[0]),
                                               teacher_macs=float(curves[0].final_teacher_macs[0]))
@@ -365,9 +366,9 @@ figure("attentionlite.table2", paper=PAPER, kind="table", data="attentionlite.ta
        plot=_table("AttentionLite Table 2: homogeneous students, reductions at paper size and accuracy on the demo",
                    ["Paper rows: homogeneous (attention stem) students with KD+AT, d = 0.25 irregular and 0.5 column "
                     "(Table 2's caption); accuracies are the paper's.",
-                    "Demo rows are the hybrid demo students at Table 2's densities: the demo profile trains no homogeneous "
-                    "student (budget); `workbench run attentionlite --stem attention` trains one (measured once: see "
+                    "No demo rows: the demo profile trains no homogeneous student (budget), and its hybrid students "
+                    "are in Table 1; `workbench run attentionlite --stem attention` trains one (measured once: see "
                     "docs/attentionlite-demo-budgets.md)."]),
        caption="Table 2: homogeneous (attention stem) SA-ResNet26/38 students with KD+AT — the paper's accuracies and "
-               "reductions beside the reductions we count at paper size, and, for reference, the hybrid demo students' "
-               "measured accuracies at Table 2's densities.")
+               "reductions beside the reductions we count at paper size (no demo rows: the demo trains hybrid "
+               "students only, shown in Table 1).")

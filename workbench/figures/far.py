@@ -26,7 +26,15 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from workbench.figures import dataset, figure, student
+from workbench.figures import Finding, dataset, figure, student
+from workbench.figures.findings_far import (
+    agreement_verdict,
+    cls_verdict,
+    diagonal_verdict,
+    retention_verdict,
+    table1_verdict,
+    table3_verdict,
+)
 from workbench.figures.context import Context
 from workbench.plots.table import Table
 
@@ -112,8 +120,10 @@ def agreement_data(ctx: Context) -> xr.Dataset:
              "like-for-like": agreement(saliencies, reference="teacher saliency"),
              "like-for-like, raw": agreement(saliencies, reference="teacher saliency", normalize="none")[
                  ["pearson", "spearman", "cls_pearson"]]}
-    return xr.concat([v.expand_dims(view=[k]) for k, v in views.items()], dim="view", join="outer", data_vars="all",
-                     coords="different", compat="no_conflicts")
+    out = xr.concat([v.expand_dims(view=[k]) for k, v in views.items()], dim="view", join="outer", data_vars="all",
+                    coords="different", compat="no_conflicts")
+    return out.assign_coords(reference=("view", [v.attrs["reference"] for v in views.values()]),  # per view: concat
+                             normalize=("view", [v.attrs.get("normalize", "row") for v in views.values()]))  # keeps 1st
 
 
 @dataset("far.table3", after=("teacher.vit",))
@@ -130,6 +140,7 @@ def table3_data(ctx: Context) -> xr.Dataset:
          "paper": (("paper_model", "schedule"), [[paper[m][s] for s in SCHEDULES] for m in paper])},
         coords={"schedule": list(SCHEDULES), "paper_model": list(paper), "run": ("schedule", [runs[s].id for s in SCHEDULES])},
         attrs={"teacher_run": teacher.id, "teacher_val_acc": teacher.manifest["results"]["val_acc"],
+               "val_images": int(teacher.manifest["results"].get("val_images", 0)),  # n of the binomial intervals
                "budget": json.dumps({"distill_epochs": d.epochs, "distill_lr": d.lr, "finetune_epochs": f.epochs,
                                      "finetune_lr": f.lr, "batch_size": d.batch_size, "scratch_lr": b.scratch_lr})},
     )
@@ -191,9 +202,17 @@ def _token_figure(fig_id: str):
 
 
 def plot_agreement_views(ds: xr.Dataset):
+    from workbench.figures.findings_far import agreement_headline
     from workbench.plots.far import plot_agreement
 
-    return plot_agreement({str(v): ds.sel(view=v).dropna("layer", how="all").drop_vars("view") for v in ds.view.values})
+    views = {}
+    for v in ds.view.values:
+        one = ds.sel(view=v).dropna("layer", how="all").dropna("model", how="all")  # a view's absent pairs: no line
+        attrs = {**ds.attrs, "reference": str(one["reference"].values), "normalize": str(one["normalize"].values)} \
+            if "reference" in ds.coords else ds.attrs
+        views[str(v)] = one.drop_vars([c for c in ("view", "reference", "normalize") if c in one.coords]).assign_attrs(attrs)
+    return plot_agreement(views, title="Agreement of token maps, per layer (mean ± sd over images)\n"
+                          + agreement_headline(ds).replace(" (the teacher's own", "\n(the teacher's own"))
 
 
 def table1(ds: xr.Dataset) -> Table:
@@ -267,14 +286,22 @@ def plot_fig4(ds: xr.Dataset):
 _UNITS = ("attention in probability, saliency in gradient norm (‖∂Σ_c y_q / ∂LN1(x)_k‖₂), each on its own "
           "stated colour scale, not row-normalised")
 figure("far.fig4", paper="far", data="far.retention", plot=plot_fig4,
+       finding=Finding("structured pruning keeps very different shares of hidden units across depth and direction",
+                       "Fig. 4 / §4.3: 'considerable variation in compression ratios across depth and direction'",
+                       retention_verdict),
        caption="Fig. 4: share of hidden units each LSTM head keeps after DeepHoyer structured pruning of the demo FAR "
                "model (rows: layers, columns: heads), forward and reverse directions separately; numbers are percent.")
 figure("far.fig5", paper="far", data="far.maps", plot=plot_fig5,
+       finding=Finding("FAR focuses on the same important regions as the teacher's CLS attention",
+                       "§4.3, Fig. 5 (qualitative)", cls_verdict(lambda maps: int(maps["layer"].values[-1]))),
        caption="Fig. 5: token importance of the CLS token in the last block, per head: the teacher's attention "
                "probabilities (top) and the FAR model's gradient saliency w.r.t. the block's token-mixer input "
                "(bottom), drawn over the input digit; each model's heads share one colour scale, so a weak head "
                f"looks weak ({_UNITS}).")
 figure("far.fig6", paper="far", data="far.maps", plot=plot_fig6,
+       finding=Finding("FAR's dependency map is more concentrated on itself and neighbouring tokens (a bright near-"
+                       "diagonal) than the teacher's attention", "§4.3, Fig. 6 (qualitative)",
+                       diagonal_verdict(lambda maps: int(maps["layer"].values[-1]))),
        caption="Fig. 6: token-to-token dependency in the last block, averaged over heads and samples (App. C.2): "
                "teacher attention, teacher gradient saliency and FAR gradient saliency; the two saliencies share one "
                f"colour scale ({_UNITS}; a bright row is a query whose output depends strongly on its inputs).")
@@ -286,6 +313,9 @@ _WHERE = ("the block at the paper's relative depth (DeiT-Tiny layer {p} of 12 �
 for _id in ("fig9", "fig10", "fig11"):
     _p = PAPER_LAYERS[_id]
     figure(f"far.{_id}", paper="far", data="far.maps", plot=_cls_figure(_id),
+           finding=Finding(f"in the {_DEPTH[_id]} block FAR's CLS attribution resembles the spatial layout of DeiT's "
+                           "CLS attention", f"App. C.1, Fig. {_id[3:]} (qualitative; 'highly similar' by layer 7)",
+                           cls_verdict(lambda maps, p=_p: relative_layer(maps, p))),
            caption=f"Fig. {_id[3:]} (App. C.1): CLS-to-patch maps of three heads in the {_DEPTH[_id]} block — "
                    + _WHERE.format(p=_p, d=round(_p / 11 * 5))
                    + " — teacher attention (top) above FAR gradient saliency (bottom), over the input digit; each "
@@ -293,12 +323,18 @@ for _id in ("fig9", "fig10", "fig11"):
 for _id in ("fig12", "fig13", "fig14"):
     _p = PAPER_LAYERS[_id]
     figure(f"far.{_id}", paper="far", data="far.maps", plot=_token_figure(_id),
+           finding=Finding(f"in the {_DEPTH[_id]} block FAR's dependency stays more diagonal (self and neighbouring "
+                           "tokens) than DeiT's attention", f"App. C.2, Fig. {_id[3:]} (qualitative)",
+                           diagonal_verdict(lambda maps, p=_p: relative_layer(maps, p))),
            caption=f"Fig. {_id[3:]} (App. C.2): token-to-token dependency in the {_DEPTH[_id]} block — "
                    + _WHERE.format(p=_p, d=round(_p / 11 * 5))
                    + " — averaged over heads and samples: teacher attention, teacher gradient saliency, FAR gradient "
                      f"saliency; the two saliencies share one colour scale ({_UNITS}; horizontal bands = queries whose "
                      "output depends strongly on their inputs).")
 figure("far.agreement", paper="far", data="far.agreement", plot=plot_agreement_views,
+       finding=Finding("FAR preserves the token-to-token correlation learned in the teacher's attention (abstract; "
+                       "App. C: its gradient-saliency maps resemble DeiT's attention, most in deep layers)",
+                       "qualitative (Fig. 6, 9–14: heatmaps, no number)", agreement_verdict),
        caption="Per-layer agreement of token-to-token maps (head-averaged, per sample; mean ± sd over the analysis "
                "images), saliency taken w.r.t. each block's token-mixer input. Paper-style: FAR saliency vs teacher "
                "attention, with the teacher's own saliency vs its attention as the ceiling a perfect copy could reach "
@@ -307,11 +343,17 @@ figure("far.agreement", paper="far", data="far.agreement", plot=plot_agreement_v
                "FAR on a quantity the reference lacks), except 'like-for-like, raw', which compares the two saliencies' "
                "stored values and so also scores per-query magnitude (the bands of Fig. 12–14). Spearman ρ / Pearson r "
                "over all T×T entries; Jensen–Shannon divergence (bits) between corresponding row-normalised query rows, "
-               "averaged over rows.")
+               "averaged over rows. Legend: '<model> vs <reference>' names each curve's reference (teacher attention "
+               "in the paper-style view, teacher saliency in the like-for-like views); the title states the headline "
+               "numbers.")
 figure("far.table1", paper="far", kind="table", data="far.runs", plot=table1,
+       finding=Finding("FAR and its pruned form FAR† keep the teacher's top-1",
+                       "FAR +2.0, FAR† +0.3 points over DeiT-Tiny (Table 1)", table1_verdict),
        caption="Table 1: held-out top-1 accuracy of the demo teacher, its FAR student and the pruned FAR student, "
                "with parameters, MACs and the paper's ImageNet top-1 of DeiT / FAR / FAR† (Tiny, Small, Base) beside.")
 figure("far.table3", paper="far", kind="table", data="far.table3", plot=table3,
+       finding=Finding("distilling with both the CE and the block-similarity loss (Eq. 4) is the best schedule",
+                       "Table 3: 'Distill (combine)' best for FAR-Tiny and FAR-Small", table3_verdict),
        caption="Table 3: top-1 accuracy of FAR under the four loss schedules of the distillation phase — train from "
                "scratch (TFS), distill with CE only, with the block similarity only, with both (Eq. 4) — on the demo "
                "with the profile's short ablation budget, the same for all four, beside the paper's ImageNet numbers, with "

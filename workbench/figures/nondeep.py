@@ -1,7 +1,7 @@
 """Non-deep ViT figures ("Non-deep Vision Transformers", anonymous ICLR submission, papers/002) on the demo.
 
 The demo teacher is the 6-block demo ViT (``teacher-vit-<profile>``); the students have 3 blocks × 2 branches
-and 2 blocks × 3 branches (:mod:`workbench.pipelines.nondeep`), joined with the linear schedule and α = 0.05 and
+and 2 blocks × 3 branches (:mod:`workbench.pipelines.nondeep`), joined with the linear schedule and α = 0.05 (Table 5's ablation: α = 5, see its caption) and
 collapsed exactly into 3- and 2-block ViTs. Here: Fig. 3 (λ schedules), Fig. 4 (feature similarity of branches
 before joining), Figs. 5 and 6 (weight similarity before and after joining) and the collapsed students'
 attention beside the teacher's (``nondeep.attention``); the tables are in :mod:`workbench.figures.nondeep_tables`.
@@ -22,7 +22,8 @@ import json
 import numpy as np
 import xarray as xr
 
-from workbench.figures import dataset, figure, student
+from workbench.figures import Finding, consecutive_groups, dataset, figure, student
+from workbench.figures.findings_nondeep import fig4_verdict, fig5_verdict, fig6_verdict
 from workbench.figures.context import Context
 
 PAPER = "nondeep"
@@ -88,8 +89,11 @@ def _student(n: int):
     return run
 
 
-student("Non-deep 3×2 collapsed", method="nondeep", teacher="vit", after=("nondeep.students",))(_student(2))
-student("Non-deep 2×3 collapsed", method="nondeep", teacher="vit", after=("nondeep.students",))(_student(3))
+# block i of an n-branch student replaces the demo teacher's (depth 6) blocks n·i … n·i+n−1 (methods.nondeep.branched)
+student("Non-deep 3×2 collapsed", method="nondeep", teacher="vit", after=("nondeep.students",),
+        blocks=consecutive_groups(6, 2))(_student(2))
+student("Non-deep 2×3 collapsed", method="nondeep", teacher="vit", after=("nondeep.students",),
+        blocks=consecutive_groups(6, 3))(_student(3))
 
 
 # ---------------------------------------------------------------------------------------- data
@@ -287,8 +291,9 @@ def plot_fig4(ds: xr.Dataset):
 def plot_fig5(ds: xr.Dataset):
     from workbench.plots.nondeep import plot_similarity_summary
 
-    return plot_similarity_summary(ds, {"cosine": "weights before joining"},
-                                   title="Fig. 5: branch weight similarity before joining (cosine of the matrices)")
+    return plot_similarity_summary(ds, {"cosine": "weights before joining"}, limit=None,
+                                   title="Fig. 5: branch weight similarity before joining (cosine of the matrices; "
+                                         "all near 0: distinct weights)")
 
 
 def plot_fig6(ds: xr.Dataset):
@@ -314,16 +319,22 @@ figure("nondeep.fig3", paper=PAPER, data="nondeep.schedules", plot=plot_fig3,
                "1 − e⁻⁵ ≈ 0.9933 and jumps to 1; Eq. 13 (√t) rises fastest at the start, although App. B.2 describes "
                "the square-root schedule as slow at first.")
 figure("nondeep.fig4", paper=PAPER, data="nondeep.fig4", plot=plot_fig4,
+       finding=Finding("before joining, the branches' features differ: only block 0's attention outputs are alike", "Fig. 4 (D-MAE-3-R): block 0 attention 0.59, other modules relatively low", fig4_verdict),
        caption="Fig. 4: cosine similarity between the branches' attention outputs and FFN outputs (per token, over "
                "the width D, averaged over tokens and the analysis images) in every parallel block, before joining: "
                "the 3×2 and 2×3 demo students at initialisation (branch b of block i = teacher block n·i + b, all "
                "fed the same normalised input) and the 2×3 model after one epoch at λ = 0 (Table 5's no-joining run; "
                "the paper shows its pre-trained D-MAE-3-4).")
 figure("nondeep.fig5", paper=PAPER, data="nondeep.fig5", plot=plot_fig5,
+       finding=Finding("before joining, the branches keep distinct weights", "Fig. 5 (D-MAE-3-4, qualitative)", fig5_verdict),
        caption="Fig. 5: cosine similarity between the branches' weights before joining, per block and module: qk = "
                "W^Q_h W^K_hᵀ and ov = W^V_h W^O_h per head (the matrices the collapse sums), fc1, fc2 (the FFN), for "
-               "the models of Fig. 4. The store also holds a unit-permutation-invariant variant (cka).")
+               "the models of Fig. 4. The store also holds a unit-permutation-invariant variant (cka). The colour "
+               "scale spans only the largest |value| (stated on the bar): on ±1 every cell is ≈ 0 and looks blank. "
+               "The last two panels differ by at most a few thousandths: the λ = 0 run's short training barely moves "
+               "weights that started as different teacher blocks.")
 figure("nondeep.fig6", paper=PAPER, data="nondeep.fig6", plot=plot_fig6,
+       finding=Finding("after joining without the regulariser, the branches' FFN weights grow alike", "Fig. 6: FFN weight similarity 0.725–0.928 after 10k + 50k steps", fig6_verdict),
        caption="Fig. 6: after joining (λ = 1 reached, then the adjustment phase): for each model, the cosine "
                "similarity between the branches' weights (upper row) and between the weight changes the branches "
                "made during the adjustment phase (lower row). At λ = 1 every branch's FFN sees the same GELU input and "

@@ -19,7 +19,8 @@ import json
 import pandas as pd
 import xarray as xr
 
-from workbench.figures import dataset, figure
+from workbench.figures import Finding, dataset, figure
+from workbench.figures.findings_nondeep import memory_verdict, table1_verdict
 from workbench.figures.context import Context
 from workbench.figures.nondeep import PAPER, baselines, dashed, nondeep_budget, students
 from workbench.plots.table import Table
@@ -181,13 +182,22 @@ def _memory_table(mode: str):
 
 # ---------------------------------------------------------------------------------------- figures
 figure("nondeep.table1", paper=PAPER, kind="table", data="nondeep.table1", plot=table1,
+       finding=Finding("a non-deep (collapsed) ViT beats the ViT of the same depth and runs faster than the deep one",
+                       "Table 1: D-MAE-6-R 72.4 % vs DeiT-6 68.6 % (D-MAE-6); CPU 41.7 vs 66.1 ms (0.63× DeiT-Tiny)",
+                       table1_verdict),
        caption="Table 1: parameters, MACs (with and without the attention matmuls; the paper counts without) and "
                "single-thread CPU latency of DeiT-Tiny (12 blocks), the DeiT-6/4/3 depth baselines and the exactly "
                "collapsed 6/4/3-block models at 224² (random weights), with the paper's numbers and its hand-counted R "
                "form beside; then the demo teacher, its depth baselines and collapsed students with held-out top-1.")
 figure("nondeep.table10", paper=PAPER, kind="table", data="nondeep.memory", plot=_memory_table("train"),
+       finding=Finding("the branched (train) form costs modestly more training memory than DeiT-Tiny",
+                       "Table 10: 14.43 vs 13.16 GB (+9.7 %)",
+                       memory_verdict("train", "branched 6×2", "a modest training overhead")),
        caption="Table 10: peak memory of one training step (forward, backward, SGD momentum step) of DeiT-Tiny and of "
                "the branched 6×2 / 4×3 / 3×4 models at 224², measured, relative to DeiT-Tiny, beside the paper's.")
 figure("nondeep.table11", paper=PAPER, kind="table", data="nondeep.memory", plot=_memory_table("infer"),
+       finding=Finding("the collapsed model's inference memory is essentially that of DeiT-Tiny",
+                       "Table 11: 1.29 vs 1.30 GB (0.99×)",
+                       memory_verdict("infer", "collapsed 6", "essentially unchanged")),
        caption="Table 11: peak memory of one inference forward of DeiT-Tiny and of the exactly collapsed 6 / 4 / "
                "3-block models at 224², measured, relative to DeiT-Tiny, beside the paper's.")

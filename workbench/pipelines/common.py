@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from workbench.pipelines.teacher import TeacherRef
 
 __all__ = ["RUNTIME_ONLY", "IndexedSubset", "limited", "load_teacher", "teacher_record", "train_record", "method_data", "phase_logger",
-           "accuracy", "model_counts", "student_run", "run_config", "run_tag", "teacher_val_acc"]
+           "accuracy", "model_counts", "stored_weights", "student_run", "run_config", "run_tag", "teacher_val_acc"]
 
 #: TrainConfig fields that do not define a run's result (left out of its config, so changing them reuses the run).
 RUNTIME_ONLY = ("device", "progress", "cpu_threads", "num_workers")
@@ -99,14 +99,44 @@ def accuracy(model: nn.Module, val_set: Dataset, device: str | torch.device = "a
     return evaluate(model.eval(), DataLoader(val_set, batch_size=256), resolve_device(device))["val_acc"]
 
 
+#: buffer names that hold statistics, not weights (BatchNorm's running estimates)
+_STATISTICS = ("running_mean", "running_var", "num_batches_tracked")
+
+
+def stored_weights(model: nn.Module) -> int:
+    """The weights a model stores, wherever they live: parameters plus *weight buffers*.
+
+    A deploy form may keep its (sliced, folded) weights in buffers that ``parameters()`` misses (SlimSwin's
+    pruned attention: ``qkv_weight_*``, ``proj_weight_*``, ``attn_bias_*``). Weight buffers are the persistent
+    floating-point ones; left out are integer / bool buffers (masks, indices: ``active``, ``pair_id``,
+    ``relative_position_index``), non-persistent buffers (caches recomputed from the weights, e.g. timm's
+    ``attn_mask``, SlimSwin's ``pair_bias``) and BatchNorm's running statistics. A tensor shared by two
+    modules is counted once.
+    """
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    tensors = [p for p in model.parameters()]
+    for mod in model.modules():
+        for name, b in mod.named_buffers(recurse=False):
+            if (b is not None and b.is_floating_point() and name not in mod._non_persistent_buffers_set
+                    and name not in _STATISTICS):
+                tensors.append(b)
+    for t in tensors:
+        key = (t.data_ptr(), t.numel())
+        if key not in seen:
+            seen.add(key)
+            total += t.numel()
+    return total
+
+
 def model_counts(model: nn.Module, input_size: tuple[int, int, int] | None = None) -> dict[str, int]:
-    """Parameters and MACs per image (:func:`methods.flops.count_macs`, every attention kernel counted), on a CPU copy."""
+    """Stored weights (:func:`stored_weights`; ``params``) and MACs per image executed by the model as given
+    (:func:`methods.flops.count_macs`, every kernel that runs, sparse ones by their kept entries), on a CPU copy."""
     from methods.flops import count_macs
 
     input_size = input_size or tuple((getattr(model, "pretrained_cfg", {}) or {}).get("input_size", (1, 28, 28)))
     cpu = copy.deepcopy(model).float().cpu().eval()
-    return {"params": sum(p.numel() for p in cpu.parameters()),
-            "macs": count_macs(cpu, torch.zeros(1, *input_size)).total}
+    return {"params": stored_weights(cpu), "macs": count_macs(cpu, torch.zeros(1, *input_size)).total}
 
 
 def run_tag(req: "RunRequest") -> str:

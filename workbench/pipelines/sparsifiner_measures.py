@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["flops_rows"]
+__all__ = ["flops_rows", "sparse_path_deploy"]
 
 
 def flops_rows() -> tuple[list[dict], dict]:
@@ -59,3 +59,13 @@ def flops_rows() -> tuple[list[dict], dict]:
     full = {name: table(name, PAPER_UP_DENSITY, keep_rates=[1.0])[0]["terms"] for name in ("deit_s", "deit_t_384")}
     return rows, {"rho_fitted": PAPER_UP_DENSITY, "rho_stated": STATED_UP_DENSITY,
                   "dense_terms": json.dumps({k: {t: int(v) for t, v in d.items()} for k, d in full.items()})}
+
+
+def sparse_path_deploy(model):
+    """The sparse path of a Sparsifiner student (a copy): attention computes only the kept query-key pairs, so its
+    counted MACs are the ones executed (compare.table1's deploy form)."""
+    import copy
+
+    from methods.sparsifiner import to_sparse_path
+
+    return to_sparse_path(copy.deepcopy(model))

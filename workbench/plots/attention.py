@@ -180,6 +180,8 @@ def _add_colorbar(
     if uniform is not None and (norm.vmin or 0.0) <= uniform <= norm.vmax:
         cbar.ax.axhline(uniform, color="white", lw=1.5, ls=(0, (2, 1)))
         label = f"{label}\n(dashed line: uniform, {uniform:.2g})"
+    if isinstance(norm, mcolors.PowerNorm):
+        label = f"{label}\n(square-root colour scale)"
     cbar.set_label(label)
     return cbar
 

@@ -219,8 +219,10 @@ def plot_map_agreement(data: xr.Dataset | Mapping[str, xr.Dataset], *, metrics: 
                 is_t = m == _teacher(ds)
                 lab = ("teacher: its saliency vs its attention" if is_t else f"{m} ({'/'.join(kinds)})")
                 mu, sd = da.mean("sample").values, da.std("sample").values
-                (line,) = ax.plot(x, mu, "--" if is_t else "-", marker="o", ms=3, color=colors[m], label=lab, lw=1.3)
-                ax.fill_between(x, mu - sd, mu + sd, color=colors[m], alpha=0.12, lw=0)
+                ok = np.isfinite(mu)  # a student of another depth is scored only at the last block of each group
+                (line,) = ax.plot(x[ok], mu[ok], "--" if is_t else "-", marker="o", ms=3, color=colors[m], label=lab,
+                                  lw=1.3)
+                ax.fill_between(x[ok], (mu - sd)[ok], (mu + sd)[ok], color=colors[m], alpha=0.12, lw=0)
                 handles.setdefault(f"{gtitle}|{lab}", line)
             ax.set_xticks(x, [n.replace("layers.", "L").replace(".blocks.", ".b").replace("blocks.", "")
                               for n in names], fontsize=7, rotation=0 if len(names) <= 8 else 45)
@@ -234,11 +236,13 @@ def plot_map_agreement(data: xr.Dataset | Mapping[str, xr.Dataset], *, metrics: 
             if r == len(metrics) - 1:
                 ax.set_xlabel("teacher block", fontsize=8)
             ax.grid(alpha=0.3)
+        col = [h for k, h in handles.items() if k.startswith(f"{gtitle}|")]
+        leg = axes[-1, c].legend(col, [h.get_label() for h in col], fontsize=7, frameon=False, loc="upper center",
+                                 bbox_to_anchor=(0.5, -0.3 if len(names) <= 8 else -0.45), ncol=2,  # below: covers no data
+                                 title=("no token maps: " + ", ".join(missing) + " (no attention hook, no ViT blocks)")
+                                 if missing else None, title_fontsize=7)
         if missing:
-            axes[-1, c].text(0.01, -0.32 if len(names) <= 8 else -0.45,
-                             "no token maps: " + ", ".join(missing) + " (no attention hook, no ViT blocks)",
-                             transform=axes[-1, c].transAxes, fontsize=7, color="0.35", va="top")
-        axes[0, c].legend(fontsize=7, loc="best", frameon=True)
+            leg.get_title().set_color("0.35")
     fig.suptitle(title or "Token-map agreement with the teacher's attention, per layer (head-averaged maps)")
     if without:
         fig.text(0.01, -0.01, "not shown: " + "; ".join(without), fontsize=7, color="0.35", va="top", wrap=True)
@@ -257,12 +261,16 @@ def _pick_samples(ds: xr.Dataset, n: int) -> list[int]:
     return [int(round(k)) for k in np.linspace(0, ds.sizes["sample"] - 1, min(n, ds.sizes["sample"]))]
 
 
+#: percentile of |map| each attribution map is scaled to (values beyond are clipped to the colour scale's ends)
+PERCENTILE = 99.0
+
+
 def plot_attributions(data: xr.Dataset | Mapping[str, xr.Dataset], *, attribution: str = "integrated_gradients",
                       n_images: int = 4, title: str | None = None) -> Figure:
     """Attribution maps of the class the teacher predicts: per teacher, the images on top, then the teacher's maps,
     then each student's, the same images in the same columns. Signed maps (IG) on a diverging scale, each map scaled
-    to its own largest |value| (the maps' units differ between models); ρ = the map's rank correlation with the
-    teacher's."""
+    to the :data:`PERCENTILE` th percentile of its own |values| and clipped (the maps' units differ between models; a
+    few extreme pixels would wash out the rest at max-scaling); ρ = the map's rank correlation with the teacher's."""
     gs = {k: ds for k, ds in groups(data).items() if "attribution_map" in ds}
     if not gs:
         return _empty(title or "Attributions", "no attribution maps among the comparisons")
@@ -270,7 +278,7 @@ def plot_attributions(data: xr.Dataset | Mapping[str, xr.Dataset], *, attributio
     heights: list[float] = []
     for ds in gs.values():
         heights += [0.32] + [1.0] * (1 + ds.sizes["model"])  # title row, images, models
-    fig = plt.figure(figsize=(n_cols * 1.2 + 0.6, sum(heights) * 1.22))
+    fig = plt.figure(figsize=(n_cols * 0.95 + 1.3, sum(heights) * 0.74))  # ≈ 1600 px tall for 3 teachers, 10 students
     grid = fig.add_gridspec(len(heights), n_cols + 1, height_ratios=heights, width_ratios=[1.0] * n_cols + [0.07],
                             hspace=0.3, wspace=0.12, left=0.02, right=0.93, top=1 - 0.55 / fig.get_figheight(),
                             bottom=0.01)
@@ -301,8 +309,9 @@ def plot_attributions(data: xr.Dataset | Mapping[str, xr.Dataset], *, attributio
                     ax.set_facecolor(MISSING_COLOR)
                     ax.text(0.5, 0.5, "n/a", ha="center", va="center", fontsize=7, transform=ax.transAxes)
                 else:
-                    scale = float(np.nanmax(np.abs(v))) or 1.0
-                    mappable = ax.imshow(v / scale, cmap=cmap, vmin=-1 if signed else 0, vmax=1)
+                    # the 99th percentile of |map|, not its maximum: one extreme pixel would wash out the rest
+                    scale = float(np.nanpercentile(np.abs(v), PERCENTILE)) or float(np.nanmax(np.abs(v))) or 1.0
+                    mappable = ax.imshow(np.clip(v / scale, -1, 1), cmap=cmap, vmin=-1 if signed else 0, vmax=1)
                     if img.ndim == 2:
                         ax.contour(img, levels=[0.5], colors="black", linewidths=0.4, alpha=0.6)
                     if i and "attribution_spearman" in ds:
@@ -311,7 +320,7 @@ def plot_attributions(data: xr.Dataset | Mapping[str, xr.Dataset], *, attributio
                 _bare(ax, m if j == 0 else None)
         if mappable is not None:
             cb = fig.colorbar(mappable, cax=fig.add_subplot(grid[row + 2: row + 2 + len(models), n_cols]))
-            cb.set_label("map / max |map|", fontsize=7)
+            cb.set_label(f"map / {PERCENTILE:g}th percentile of |map|\n(clipped to ±1)", fontsize=6)
             cb.ax.tick_params(labelsize=6)
         row += 2 + len(models)
     fig.suptitle(title or f"{ATTRIBUTION_LABELS[attribution]} of the class the teacher predicts", fontsize=10,
@@ -335,7 +344,7 @@ def plot_faithfulness(data: xr.Dataset | Mapping[str, xr.Dataset], *, attributio
     gs = {k: ds for k, ds in groups(data).items() if "deletion" in ds}
     if not gs:
         return _empty(title or "Faithfulness", "no deletion / insertion curves among the comparisons")
-    fig, axes = plt.subplots(2, len(gs), figsize=(3.6 * len(gs) + 1.0, 5.4), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(2, len(gs), figsize=(4.2 * len(gs) + 0.6, 8.4), squeeze=False, layout="constrained")
     for c, (gtitle, ds) in enumerate(gs.items()):
         colors = model_colors(ds)
         frac = ds["fraction"].values
@@ -347,7 +356,7 @@ def plot_faithfulness(data: xr.Dataset | Mapping[str, xr.Dataset], *, attributio
                     continue
                 aucv = float(ds[f"{kind}_auc"].sel(model=m, attribution=attribution).mean())
                 ax.plot(frac, cur.mean("sample"), color=colors[m], lw=2.0 if m == _teacher(ds) else 1.3,
-                        label=f"{m}: AUC {aucv:.3f}")
+                        label=f"{m}: {aucv:.3f}")
             if "random" in ds["attribution"].values:
                 rnd = ds[kind].sel(model=_teacher(ds), attribution="random")
                 if np.isfinite(rnd.values).any():
@@ -359,7 +368,8 @@ def plot_faithfulness(data: xr.Dataset | Mapping[str, xr.Dataset], *, attributio
                           fontsize=8)
             ax.set_ylabel("p(class the teacher predicts)", fontsize=8)
             ax.set_title(f"{gtitle}: {kind}", fontsize=9)
-            ax.legend(fontsize=6.5, loc="upper right" if kind == "deletion" else "lower right")
+            ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False,
+                      title=f"{kind} AUC", title_fontsize=6)  # below the panel: covers no curve
             ax.grid(alpha=0.3)
     fig.suptitle(title or f"Faithfulness of {ATTRIBUTION_LABELS[attribution]} maps: deletion and insertion curves")
     return fig

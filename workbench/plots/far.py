@@ -273,6 +273,8 @@ def plot_token_maps(
         cbar.ax.tick_params(labelsize="x-small")
         what = " & ".join(dict.fromkeys(measure.get(models[j], "map") for j in last_of_group[i]))
         label = f"share of query row ({what})" if units[m] == "share of the row" else f"{what}: {units[m]}"
+        if isinstance(norm, mcolors.PowerNorm):
+            label += "\n(square-root colour scale)"
         cbar.set_label(label, fontsize="x-small")
     how = "rows normalised, " if normalize == "row" or maps.attrs.get("normalize") == "row" else ""
     fig.suptitle(title or f"Token-to-token dependency · layer {layer} · {how}mean over {da.sizes['sample']} samples "
@@ -295,14 +297,16 @@ def plot_agreement(agreements: Mapping[str, xr.Dataset], *, metrics: Sequence[st
         The Figure (mean over samples, bars: ± one standard deviation over samples).
     """
     labels = {"pearson": "Pearson r of the maps", "spearman": "Spearman ρ of the maps",
-              "js": "JS divergence of rows (bits)", "cls_pearson": "Pearson r, CLS row",
+              "js": "JS divergence (bits)", "cls_pearson": "Pearson r, CLS row",
               "cls_js": "JS divergence, CLS row (bits)"}
-    fig, axes = plt.subplots(1, len(metrics), figsize=(3.0 * len(metrics) + 0.4, 2.8), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.3 * len(metrics) + 0.6, 3.2), squeeze=False, layout="constrained")
     palette = sns.color_palette("colorblind")
     lines = []
     for family, ds in agreements.items():
         raw = ds.attrs.get("normalize") == "none"  # stored values, not row-normalised: dashed
         for m in ds["model"].values:
+            if not np.isfinite(np.asarray(ds[list(ds.data_vars)[0]].sel(model=m).values, dtype=float)).any():
+                continue  # nothing to draw: no legend entry either
             name = f"{m} vs {ds.attrs.get('reference', 'reference')}"
             if any(n == name for n, _, _ in lines) or raw:
                 name = f"{name} ({family})"

@@ -144,7 +144,8 @@ def pair_mean(da: xr.DataArray) -> tuple[xr.DataArray, xr.DataArray, xr.DataArra
 
 
 def plot_similarity_summary(ds: xr.Dataset, variables: dict[str, str], *, title: str | None = None,
-                            units: str = "cosine similarity\n(mean over branch pairs)") -> Figure:
+                            units: str = "cosine similarity\n(mean over branch pairs)", limit: float | None = 1.0
+                            ) -> Figure:
     """Per model (columns) and variable (rows) one heatmap of blocks × modules: the mean similarity over branch pairs.
 
     Args:
@@ -153,12 +154,21 @@ def plot_similarity_summary(ds: xr.Dataset, variables: dict[str, str], *, title:
         variables: variable -> row label (e.g. ``{"cosine": "weights", "update": "updates at λ = 1"}``).
         title: figure title.
         units: colour-bar label.
+        limit: the colour scale spans ±limit; None: ±the largest |value| shown (at least 0.01), for similarities
+            that are all near 0 (on ±1 every cell would look blank) — the bar's label says so.
     """
     models = [str(m) for m in ds["model"].values]
     modules = [str(m) for m in ds["module"].values]
     rows = list(variables)
     blocks = {m: _present(ds[rows[0]].sel(model=m)).sizes["layer"] for m in models}
-    width = sum(0.42 * len(modules) + 0.9 for _ in models) + 1.4
+    if limit is None:
+        means = [pair_mean(_present(ds[v].sel(model=m)))[0].values for v in rows for m in models
+                 if _present(ds[v].sel(model=m)).sizes["layer"]]
+        top = max([float(np.nanmax(np.abs(x))) for x in means if np.isfinite(x).any()] or [1.0])
+        limit = float(f"{max(top, 0.01):.1g}") if float(f"{max(top, 0.01):.1g}") >= top else float(f"{top:.2g}")
+        units = f"{units}\n(scale ±{limit:g}, not ±1)"
+    cell = 0.42 if limit >= 0.1 else 0.62  # three-digit labels need wider cells
+    width = sum(cell * len(modules) + 0.9 for _ in models) + 1.4
     height = sum(0.36 * max(blocks.values()) + 1.0 for _ in rows) + 0.5
     fig, axes = plt.subplots(len(rows), len(models), figsize=(width, height), squeeze=False, layout="constrained")
     cmap = plt.get_cmap(DIVERGING_CMAP).with_extremes(bad=MISSING_COLOR)
@@ -176,19 +186,20 @@ def plot_similarity_summary(ds: xr.Dataset, variables: dict[str, str], *, title:
             mean, lo, hi = pair_mean(sub)
             vals = mean.transpose("layer", "module").values
             n = int(np.isfinite(sub.isel(layer=0, module=0).values).any(axis=1).sum())
-            im = a.imshow(vals, cmap=cmap, vmin=-1, vmax=1, aspect="auto")
+            im = a.imshow(vals, cmap=cmap, vmin=-limit, vmax=limit, aspect="auto")
             for i in range(vals.shape[0]):
                 for j in range(vals.shape[1]):
                     v = vals[i, j]
                     if not np.isfinite(v):
                         continue
-                    text = f"{v:.2f}".replace("-0.00", "0.00")
+                    digits = 3 if limit < 0.1 else 2  # near-0 similarities: a third digit tells the cells apart
+                    text = f"{v:.{digits}f}".replace("-0.000", "0.000").replace("-0.00", "0.00")
                     if n > 2:
                         lo_v, hi_v = float(lo.transpose("layer", "module").values[i, j]), float(
                             hi.transpose("layer", "module").values[i, j])
-                        text += f"\n{lo_v:.2f}…{hi_v:.2f}"
+                        text += f"\n{lo_v:.{digits}f}…{hi_v:.{digits}f}"
                     a.text(j, i, text, ha="center", va="center", fontsize=6.5 if n <= 2 else 5.5,
-                           color="white" if abs(v) > 0.6 else "black")
+                           color="white" if abs(v) > 0.6 * limit else "black")
             a.set_xticks(range(len(modules)), modules, fontsize="x-small")
             a.set_yticks(range(vals.shape[0]), [f"block {int(k)}" for k in sub["layer"].values], fontsize="x-small")
             a.tick_params(length=0, pad=1)

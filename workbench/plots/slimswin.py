@@ -342,7 +342,9 @@ def plot_layer_ratio(ds: xr.Dataset, ratio: float, ax: Axes | None = None, title
     stages = sorted(set(int(s) for s in sel["stage"].values))
     handles = [Patch(facecolor=colors[s % 10], edgecolor="0.3", label=f"stage {s}") for s in stages
                if any(prunable[sel["stage"].values == s])]
-    handles.append(Patch(facecolor="white", edgecolor="0.3", hatch="//", label="last stage (not pruned)"))
+    if (~prunable & (sel["layer_ratio"].values > 0)).any():  # a hatched bar is visible only with some height;
+        # unpruned layers have none (ratio 0): they are labelled "not prunable" above their position instead
+        handles.append(Patch(facecolor="white", edgecolor="0.3", hatch="//", label="last stage (not pruned)"))
     a.legend(handles=handles + a.get_legend_handles_labels()[0], fontsize="x-small", frameon=False, loc="upper right")
     a.set_xticks(layers)
     a.set_xlabel("layer (Swin block, all stages)")

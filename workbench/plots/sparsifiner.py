@@ -337,7 +337,8 @@ def plot_lowrank_vs_sparse(ds: xr.Dataset, *, sample: int, query: int, layers: S
         s.set_xlabel("singular value index i")
         s.set_ylabel("σ_i / σ_1 (mean over images, layers, heads)")
         s.set_title("spectrum of the T×T attention matrix", fontsize="medium")
-        s.legend(fontsize="x-small", loc="lower left")
+        s.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)  # below: the
+        # curves fill the lower left, where the legend sat
     fig.suptitle(title or f"Query patch (y={yx[0]}, x={yx[1]}), head {head}: full vs low-rank vs sparse attention")
     return fig
 
