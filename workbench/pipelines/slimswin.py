@@ -43,6 +43,7 @@ from methods.slimswin import SlimSwinConfig, check_swin, pairs_to_prune, prunabl
 from methods.train import resolve_device
 from workbench.models import create_model, load_model, read_state_dict
 from workbench.pipelines import Method, Option, budget, register_method
+from workbench.pipelines.slimswin_baselines import MASK_CHOICES, finetune_with_masks
 from workbench.pipelines.slimswin_budgets import RECIPES, SlimSwinRecipe
 from workbench.pipelines.slimswin_run import prune_and_finetune
 from workbench.pipelines.teacher import TeacherRef, resolve_teacher
@@ -170,6 +171,7 @@ def run_slimswin(
     checkpoint: str | None = None,
     data: str | None = None,
     start_from: str | Run | None = None,
+    masks: str = "saliency",
     force: bool = False,
     device: str = "auto",
     log: Callable[[str], None] = print,
@@ -188,6 +190,9 @@ def run_slimswin(
         data: ImageFolder root with ``train/`` and ``val/`` (required by ``paper``).
         start_from: a complete SlimSwin run of the same teacher and settings at a smaller ratio to
             continue Algorithm 1 from (see the module docstring); ignored if incompatible.
+        masks: ``saliency`` (Algorithm 1), or a baseline at the same number of pruned pairs with SlimSwin's
+            fine-tunes: ``random`` or ``uniform`` per layer (:mod:`workbench.pipelines.slimswin_baselines`; run id
+            suffix ``-random`` / ``-uniform``).
         force: delete an existing run of this id and start afresh.
         device: ``auto``, ``cpu`` or ``cuda``.
         log: where progress lines go.
@@ -219,6 +224,13 @@ def run_slimswin(
     _pairs_to_prune(cfg, arch)  # step_pairs must fit in the prunable pairs (raises otherwise)
     config = _config(t, cfg, recipe, profile, data)
     rid = run_id(t.tag, float(ratio), cfg, recipe.method)
+    if masks not in MASK_CHOICES:
+        raise ValueError(f"--masks must be one of {', '.join(MASK_CHOICES)}, got {masks!r}")
+    if masks != "saliency":  # a baseline: the same pairs count and fine-tunes, other masks (no chaining)
+        pairs = _pairs_to_prune(cfg, arch)
+        return ensure_run(f"{rid}-{masks}", {**config, "masks": masks},
+                          lambda run: finetune_with_masks(run, t, cfg, recipe, profile, data, device, masks, pairs, log),
+                          force=force, log=log)
     parent = None
     if start_from is not None:
         parent = _compatible_parent(start_from if isinstance(start_from, Run) else open_run(start_from), config, cfg, arch)
@@ -253,10 +265,12 @@ def _report(run: Run) -> str:
             f"attention MACs -{100 * res['mac_reduction']:.1f} %")
 
 
-def _run(req, ratio: float, step_pairs: int | None = None, reduce: str | None = None, gate_mode: str | None = None) -> Run:
+def _run(req, ratio: float, step_pairs: int | None = None, reduce: str | None = None, gate_mode: str | None = None,
+         masks: str = "saliency") -> Run:
     t = req.teacher
     return run_slimswin(t.run or t.ref, ratio, req.profile.name, step_pairs=step_pairs, reduce=reduce, gate_mode=gate_mode,
-                        checkpoint=t.checkpoint, data=req.data, force=req.force, device=req.device, log=req.log)
+                        checkpoint=t.checkpoint, data=req.data, masks=masks, force=req.force, device=req.device,
+                        log=req.log)
 
 
 register_method(Method(
@@ -267,7 +281,9 @@ register_method(Method(
              Option("step_pairs", "pairs pruned per iteration i (default: the profile's)", type=int),
              Option("reduce", "saliency over samples: |mean gradient| (default), mean |gradient|, or signed mean",
                     choices=("abs_of_mean", "abs", "signed")),
-             Option("gate_mode", "gate Q/K/V (paper, default) or head outputs", choices=("qkv", "output"))),
+             Option("gate_mode", "gate Q/K/V (paper, default) or head outputs", choices=("qkv", "output")),
+             Option("masks", "which pairs: least salient (Algorithm 1, default), or the baselines at the same count: "
+                             "random, uniform (the same share of every layer)", default="saliency", choices=MASK_CHOICES)),
     examples=("workbench run slimswin --ratio 1/3",
               "workbench run slimswin --teacher teacher-swin-demo --ratio 2/3 --step-pairs 4",
               "workbench run slimswin --teacher swin_tiny_patch4_window7_224 --checkpoint swin_t.safetensors "

@@ -1,0 +1,184 @@
+"""The SlimSwin paper's findings (Eryilmaz & Akturk, papers/004) and their tests on the figures' own data.
+
+Each ``Finding`` names the claim and the paper's number; its test reads only the Datasets the figure draws
+(:mod:`workbench.figures.slimswin`) and returns a :class:`~workbench.figures.Verdict` with the measured statistic.
+Accuracy differences of models scored on the same held-out images are tested paired
+(:func:`workbench.stats.paired_diff_interval`, 95 %): a difference whose interval contains 0 is "no difference".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from workbench.figures import Finding, Verdict
+from workbench.stats import paired_diff_interval
+
+__all__ = ["FIG1", "FIG2", "FIG4", "FIG6", "FIG7", "TABLE1", "paired", "fmt_diff"]
+
+#: "keeps accuracy": the pruned model is at most this far below the teacher at 95 % confidence (the paper's Swin-T:
+#: ~1.5 points at r ≈ 0.67).
+KEEP_TOLERANCE = 0.03
+
+
+def paired(a, b) -> tuple[float, float, float]:
+    """(mean of a − b, 95 % low, high) for per-image correctness on the same images."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    lo, hi = paired_diff_interval(a, b)
+    return float(a.mean() - b.mean()), lo, hi
+
+
+def fmt_diff(d: float, lo: float, hi: float) -> str:
+    """``+1.2 points (95% CI −0.3 … +2.7)``."""
+    return f"{100 * d:+.1f} points (95% CI {100 * lo:+.1f} … {100 * hi:+.1f})"
+
+
+def _fig4(sweep: xr.Dataset, base: xr.Dataset) -> Verdict:
+    ft = base["correct"].sel(stage="fine-tuned")
+    with_base = [r for r in base.ratio.values if np.isfinite(ft.sel(ratio=r, masks=["random", "uniform"])).all()]
+    r = float(max(with_base)) if with_base else float(base.ratio.max())
+    s = ft.sel(ratio=r, masks="saliency").values
+    drop = paired(s, base["teacher_correct"].values)
+    parts = [f"r = {r:.2f}: SlimSwin − teacher {fmt_diff(*drop)}"]
+    keeps = drop[1] > -KEEP_TOLERANCE
+    wins, ties = [], []
+    for stage in ("fine-tuned", "no fine-tune"):
+        for choice in ("random", "uniform"):
+            other = base["correct"].sel(stage=stage, ratio=r, masks=choice).values
+            if not np.isfinite(other).all():
+                continue
+            d = paired(base["correct"].sel(stage=stage, ratio=r, masks="saliency").values, other)
+            parts.append(f"{stage}, SlimSwin − {choice} {fmt_diff(*d)}")
+            (wins if d[1] > 0 else ties).append((stage, choice))
+    stat = "; ".join(parts)
+    tuned_wins = [c for st, c in wins if st == "fine-tuned"]
+    if keeps and len(tuned_wins) == 2:
+        return Verdict("shown", stat)
+    if keeps or wins:
+        why = []
+        if not keeps:
+            why.append(f"the pruned model may lose more than {100 * KEEP_TOLERANCE:.0f} points")
+        lost = [f"{c} ({st})" for st, c in ties]
+        if lost:
+            why.append("no difference from " + ", ".join(lost) + " (the interval contains 0)")
+        if not with_base:
+            why.append("no fine-tuned baseline was trained")
+        return Verdict("partly", stat, "; ".join(why))
+    return Verdict("not shown", stat, "the pruned model loses accuracy and its masks do no better than random or "
+                   "uniform ones (no difference)")
+
+
+FIG4 = Finding(
+    "Pruning the least salient window-head pairs keeps accuracy close to the unpruned Swin up to r ≈ 0.67, and the "
+    "global gradient saliency chooses better pairs than prespecified layer-wise ratios (§VI).",
+    "Swin-T: −0.5 points at r = 0.33, ~−1.5 at r ≈ 0.67 (Fig. 4); no baseline printed",
+    _fig4)
+
+
+def _layer_ratios(masks: xr.Dataset, ratio: float) -> pd.Series:
+    sel = masks.sel(ratio=ratio, method="nearest")
+    m = sel["mask"]
+    frame = pd.DataFrame({"layer": m["layer"].values, "prunable": m["prunable"].values.astype(bool),
+                          "pruned": ~m.values.astype(bool)})
+    frame = frame[frame.prunable]
+    return frame.groupby("layer")["pruned"].mean()
+
+
+def _fig6(masks: xr.Dataset) -> Verdict:
+    lr = _layer_ratios(masks, float(masks.ratio.min()))
+    rising = [int(b) for a, b in zip(lr.index[:-1], lr.index[1:]) if lr[b] > lr[a]]
+    stat = (f"r = {float(masks.ratio.min()):.2f}: pruned share per prunable layer "
+            + " / ".join(f"{v:.2f}" for v in lr.values) + f"; rises with depth at layer(s) {rising or 'none'}")
+    if rising:
+        return Verdict("shown", stat)
+    return Verdict("not shown", stat, "the layer-wise ratios decrease monotonically with depth")
+
+
+FIG6 = Finding("At r ≈ 0.33 the layer-wise pruning ratios are irregular, not a decreasing function of depth (§VI).",
+               "Swin-T, r ≈ 0.33: irregular ratios over 12 layers (Fig. 6)", _fig6)
+
+
+def _fig7(masks: xr.Dataset) -> Verdict:
+    from scipy.stats import spearmanr
+
+    lr = _layer_ratios(masks, float(masks.ratio.max()))
+    rho = float(spearmanr(np.asarray(lr.index, dtype=float), lr.values).statistic) if len(lr) > 2 else np.nan
+    stat = (f"r = {float(masks.ratio.max()):.2f}: pruned share per prunable layer "
+            + " / ".join(f"{v:.2f}" for v in lr.values) + f"; Spearman ρ(depth, share) = {rho:+.2f}")
+    if rho < -0.5:
+        return Verdict("shown", stat)
+    if rho < 0:
+        return Verdict("partly", stat, "the decrease with depth is weak")
+    return Verdict("not shown", stat, "the pruned share does not decrease with depth")
+
+
+FIG7 = Finding("At r ≈ 0.67 the layer-wise pruning ratio generally decreases with network depth (§VI).",
+               "Swin-T, r ≈ 0.67: decreasing with depth (Fig. 7)", _fig7)
+
+
+def _fig2(masks: xr.Dataset) -> Verdict:
+    """Window dependence: in a partly pruned layer, do windows keep different heads (not one head set everywhere)?"""
+    per_layer = []
+    for r in masks.ratio.values:
+        m = masks["mask"].sel(ratio=r)
+        for layer in np.unique(m["layer"].values[m["prunable"].values.astype(bool)]):
+            sel = m.where(m["layer"] == layer, drop=True)
+            grid = pd.DataFrame({"w": sel["window"].values, "h": sel["head"].values, "k": sel.values.astype(bool)})
+            table = grid.pivot(index="w", columns="h", values="k").values  # (windows, heads)
+            if 0 < table.sum() < table.size:
+                per_layer.append(len({tuple(row) for row in table}) > 1)
+    share = float(np.mean(per_layer)) if per_layer else float("nan")
+    stat = (f"{sum(per_layer)} of {len(per_layer)} partly pruned (ratio, layer) panels keep different head sets in "
+            "different windows")
+    if per_layer and share == 1.0:
+        return Verdict("shown", stat)
+    if per_layer and share > 0:
+        return Verdict("partly", stat, "some layers prune the same heads in every window (head-level pruning)")
+    return Verdict("not shown", stat, "no layer keeps window-dependent heads")
+
+
+FIG2 = Finding("Head relevance is window-dependent: pruning keeps different heads in different windows of a layer "
+               "(§IV, Figs. 2-3).", "qualitative (Figs. 2-3)", _fig2)
+
+
+def _fig1(ds: xr.Dataset) -> Verdict:
+    comps = list(ds.component.values)
+    attn = [c for c in comps if str(c).startswith("attn")]
+    share = ds["flops"].sel(component=attn).sum("component") / ds["flops"].sum("component")
+    stat = ", ".join(f"{m}: attention {100 * float(share.sel(model=m)):.1f} % of FLOPs" for m in ds.model.values)
+    mlp = ds["flops"].sel(component="mlp") / ds["flops"].sum("component")
+    ok = bool((share > 0.2).all()) and bool((mlp > share).all())
+    stat += f"; MLP {100 * float(mlp.min()):.1f}–{100 * float(mlp.max()):.1f} %"
+    return Verdict("shown", stat) if ok else Verdict("not shown", stat, "attention is not a substantial share "
+                                                     "below the MLP's")
+
+
+FIG1 = Finding("MLPs dominate Swin's FLOPs, but attention (QKV, QKᵀ/AV, output projection) is a substantial share "
+               "(§I, Fig. 1).", "Swin-T/B bars (Fig. 1; no number printed)", _fig1)
+
+
+def _table1(ds: xr.Dataset) -> Verdict:
+    rows = ds.to_dataframe().reset_index()
+    out, bad = [], []
+    for model in ("Swin-B @224", "Swin-T @224"):
+        sel = rows[(rows["model"] == model) & rows["paper reduction (%)"].notna() & rows["reduction (%)"].notna()]
+        if sel.empty:
+            continue
+        gap = float((sel["reduction (%)"].astype(float) - sel["paper reduction (%)"].astype(float)).abs().max())
+        out.append(f"{model.split()[0]}: max |ours − paper| = {gap:.2f} points of reduction")
+        if gap > 0.5:
+            bad.append(model.split()[0])
+    stat = "; ".join(out)
+    if not out:
+        return Verdict("not shown", "no comparable rows", "the table has no paper rows")
+    if not bad:
+        return Verdict("shown", stat)
+    if len(bad) < len(out):
+        return Verdict("partly", stat, f"{', '.join(bad)} differs from the paper by more than 0.5 points")
+    return Verdict("not shown", stat, "our counts differ from the paper's by more than 0.5 points")
+
+
+TABLE1 = Finding("Window-head pruning at r = 0.33 … 0.67 cuts attention MACs by 30.7–61.3 % (Swin-B) and "
+                 "28.0–56.0 % (Swin-T) (Table I).", "Swin-B 30.7 / 40.9 / 51.1 / 61.3 %, Swin-T 28.0 / 37.3 / 46.6 / "
+                 "56.0 %", _table1)
