@@ -184,16 +184,10 @@ def plot_fig3(ds: xr.Dataset):
 
 def _with_intervals(base: xr.Dataset) -> xr.Dataset:
     """``accuracy`` and its 95 % Wilson interval per (stage, masks, ratio) from the per-image correctness."""
-    import numpy as np
+    from workbench.figures.verdicts import accuracy_intervals
 
-    from workbench.stats import wilson_interval
-
-    n = base.sizes["sample"]
-    acc = base["correct"].mean("sample", skipna=False)
-    ci = np.array([[wilson_interval(float(v), n) if np.isfinite(v) else (np.nan, np.nan) for v in row]
-                   for row in acc.values.reshape(-1, acc.shape[-1])]).reshape(*acc.shape, 2)  # (stage, masks, ratio, 2)
-    return xr.Dataset({"accuracy": acc, "ci_low": (acc.dims, ci[..., 0]), "ci_high": (acc.dims, ci[..., 1]),
-                       "teacher_accuracy": base["teacher_correct"].mean()}, coords={"sample": base["sample"]})
+    return accuracy_intervals(base["correct"]).assign(teacher_accuracy=base["teacher_correct"].mean()).assign_coords(
+        sample=base["sample"])
 
 
 def plot_fig4(ds: xr.Dataset, base: xr.Dataset):

@@ -33,6 +33,7 @@ class SparsifinerBudget:
     deploy_check: bool = True  # evaluate the deploy form (sparse path) on the held-out set too
     cpu_threads: int | None = None  # torch CPU threads during a run (None: torch's default)
     progress: bool = True  # progress bars
+    baseline_seeds: tuple[int, ...] = (0, 1, 2)  # random-key draws averaged in sparsifiner.baselines (eval only)
 
     def train_config(self, phase: Phase1Config | Phase2Config, device: str = "auto") -> TrainConfig:
         """The ``methods.train.fit`` config of one phase (AdamW, cosine; weight decay is the paper's L_spa, §3.3)."""
