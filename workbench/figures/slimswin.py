@@ -264,7 +264,7 @@ figure("slimswin.fig2", paper=PAPER, data="slimswin.masks", plot=plot_fig2, find
                "colour: share of the layer's heads), drawn at pixel scale with the window borders in grey and the outline "
                "of a held-out digit; SW marks the shifted-window layers, whose windows wrap around the image. The last "
                "stage (one window) is never pruned. Which heads: plot_gate_masks in notebooks/05_slimswin.ipynb.")
-figure("slimswin.fig3", paper=PAPER, data="slimswin.saliency", plot=plot_fig3,
+figure("slimswin.fig3", paper=PAPER, data="slimswin.saliency", plot=plot_fig3, finding=findings.FIG3,
        caption="Window-head saliency of the unpruned demo Swin before pruning: |mean over held-out images of "
                "d cross-entropy / d gate| for every window (painted over its pixels, borders in white) of each "
                "prunable layer (rows) and head (columns) -- the score Algorithm 1 ranks globally, least salient pruned "

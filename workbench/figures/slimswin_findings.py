@@ -15,7 +15,7 @@ import xarray as xr
 from workbench.figures import Finding, Verdict
 from workbench.figures.verdicts import fmt_diff, paired
 
-__all__ = ["FIG1", "FIG2", "FIG4", "FIG6", "FIG7", "TABLE1"]
+__all__ = ["FIG1", "FIG2", "FIG3", "FIG4", "FIG6", "FIG7", "TABLE1"]
 
 #: "keeps accuracy": the pruned model is at most this far below the teacher at 95 % confidence (the paper's Swin-T:
 #: ~1.5 points at r ≈ 0.67).
@@ -178,3 +178,38 @@ def _table1(ds: xr.Dataset) -> Verdict:
 TABLE1 = Finding("Window-head pruning at r = 0.33 … 0.67 cuts attention MACs by 30.7–61.3 % (Swin-B) and "
                  "28.0–56.0 % (Swin-T) (Table I).", "Swin-B 30.7 / 40.9 / 51.1 / 61.3 %, Swin-T 28.0 / 37.3 / 46.6 / "
                  "56.0 %", _table1)
+
+
+def _fig3(ds: xr.Dataset) -> Verdict:
+    """Window dependence of the teacher's saliency: does a window's most salient head differ from its layer's?
+
+    Stability: the same on two halves of the images (the saliency is |mean gradient| over samples).
+    """
+    g = ds["gradient"]
+    prunable = ds["prunable"].values.astype(bool) if "prunable" in ds else np.ones(ds.sizes["pair"], bool)
+    half = ds.sizes["sample"] // 2
+    parts = [np.abs(g.isel(sample=s).mean("sample").values) for s in (slice(None), slice(0, half), slice(half, None))]
+    layer, window, head = ds["layer"].values, ds["window"].values, ds["head"].values
+    differ, agree, n = 0, 0, 0
+    for l in np.unique(layer[prunable]):
+        sel = (layer == l) & prunable
+        windows, heads = np.unique(window[sel]), np.unique(head[sel])
+        tables = [np.zeros((windows.size, heads.size)) for _ in parts]
+        for t, sal in zip(tables, parts):
+            t[np.searchsorted(windows, window[sel]), np.searchsorted(heads, head[sel])] = sal[sel]
+        top = tables[0].argmax(1)
+        differ += int((top != tables[0].sum(0).argmax()).sum())
+        agree += int((tables[1].argmax(1) == tables[2].argmax(1)).sum())
+        n += windows.size
+    share, stable = differ / max(n, 1), agree / max(n, 1)
+    stat = (f"{100 * share:.0f} % of {n} windows' most salient head is not their layer's; the two halves of the "
+            f"{ds.sizes['sample']} images agree on a window's top head in {100 * stable:.0f} %")
+    if share >= 0.25 and stable >= 0.6:
+        return Verdict("shown", stat)
+    if share >= 0.25:
+        return Verdict("partly", stat, "the windows' top heads differ, but not stably between halves of the images")
+    return Verdict("not shown", stat, "the same head is most salient in (nearly) every window")
+
+
+FIG3 = Finding("Head relevance is window-dependent: the saliency ranking of a layer's heads differs between windows "
+               "(§IV).", "qualitative (Figs. 2-3)", _fig3)

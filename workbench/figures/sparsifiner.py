@@ -531,7 +531,7 @@ figure("sparsifiner.fig5", paper=PAPER, data="sparsifiner.maps", plot=plot_fig5,
                "map has rank ≤ k and its spectrum ends at k (the discarded long tail, §4); the sparse map keeps "
                "singular values far past k, though below the teacher's full rank (the masks of different queries "
                "overlap).")
-figure("sparsifiner.fig6", paper=PAPER, data="sparsifiner.basis", plot=plot_fig6,
+figure("sparsifiner.fig6", paper=PAPER, data="sparsifiner.basis", plot=plot_fig6, finding=findings.FIG6,
        caption="Fig. 6: the sparse basis W̃_up (n_down = 8 basis vectors per layer, rows: layers) of the keep-0.25 demo "
                "student as images on the 7×7 patch grid: the weight each basis vector gives each key patch after the "
                "threshold |w| ≤ 1e-2 → 0 (darkest; diverging colours instead when weights are signed); the CLS key's "
