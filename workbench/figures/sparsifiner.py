@@ -265,8 +265,8 @@ def plot_baselines(base: xr.Dataset):
                                                      linformer_accuracy=base["linformer_correct"].mean())
     n = base.sizes["sample"]
     return plot_mask_baselines(acc.assign_attrs(linformer_keep_rate=base.attrs["linformer_keep_rate"]),
-                               title=f"Sparsifiner's masks against the teacher's top-B and random keys (profile "
-                                     f"{base.attrs.get('profile')}; bars: 95 % Wilson intervals over {n} images)")
+                               title=f"Learned masks vs the teacher's top-B and random keys (profile "
+                                     f"{base.attrs.get('profile')}; 95 % Wilson intervals, {n} images)")
 
 
 def plot_fig4(runs: xr.Dataset, base: xr.Dataset | None = None):
