@@ -444,4 +444,4 @@ figure("attentionlite.baselines", paper=PAPER, data="attentionlite.baselines", p
                "d = 0.25, column d = 0.5): on the labels alone (no teacher), with KD (logits) and with KD+AT (logits + "
                "attention transfer); and the dense student (d = 1) trained on the labels alone — the paper's "
                "'unoptimised student' of Table 1; the teacher dotted. Bars: 95 % Wilson intervals; differences are "
-               "tested paired in the verdict.")
+               "tested paired in the verdict. The accuracy axis is zoomed (it does not start at 0).")

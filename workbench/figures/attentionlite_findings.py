@@ -15,6 +15,10 @@ from workbench.figures.verdicts import fmt_diff, paired, significant
 
 __all__ = ["FIG2", "FIG3", "BASELINES", "AT_MAPS", "DENSITY", "TABLE1", "TABLE2"]
 
+#: "close to the teacher": the distilled student is at most this far below it at 95 % confidence (the paper's
+#: SA-ResNet26 on CIFAR-10: 0.6 points).
+TEACHER_GAP = 0.03
+
 
 def _gain(pruning: str):
     def test(curves: xr.Dataset, base: xr.Dataset) -> Verdict:
@@ -47,8 +51,11 @@ def _baselines(base: xr.Dataset) -> Verdict:
     vs_teacher = paired(best, c.sel(model="teacher").values)
     stat = (f"irregular KD+AT − unoptimised dense student {fmt_diff(*vs_dense)}; − same density without distillation "
             f"{fmt_diff(*vs_none)}; − teacher {fmt_diff(*vs_teacher)}")
-    if significant(vs_dense) > 0:
+    if significant(vs_dense) > 0 and vs_teacher[1] > -TEACHER_GAP:
         return Verdict("shown", stat)
+    if significant(vs_dense) > 0:
+        return Verdict("partly", stat, f"it beats the unoptimised student, but may stay more than "
+                       f"{100 * TEACHER_GAP:.0f} points under the teacher (paper: 0.6)")
     if significant(vs_none) > 0:
         return Verdict("partly", stat, "distillation helps at the same density, but the sparse student does not beat "
                        "the dense one trained on labels alone")

@@ -249,14 +249,16 @@ def plot_student_baselines(ds: xr.Dataset, *, densities: dict[str, float] | None
     groups = list(dict.fromkeys(m.split("/")[0] for m in labels))
     losses = ["none", "KD", "KD+AT"]
     width = 0.26
-    for j, loss in enumerate(losses):
+    present = {g: [loss for loss in losses if f"{g}/{loss}" in labels] for g in groups}
+    for loss in losses:
         xs, ps, lo, hi = [], [], [], []
         for i, g in enumerate(groups):
             m = f"{g}/{loss}"
             if m not in labels:
                 continue
             c = ds.sel(model=m)
-            xs.append(i + (j - 1) * width)
+            k, n = present[g].index(loss), len(present[g])
+            xs.append(i + (k - (n - 1) / 2) * width)  # the group's bars centred on its tick
             ps.append(100 * float(c["accuracy"]))
             lo.append(100 * float(c["accuracy"] - c["ci_low"]))
             hi.append(100 * float(c["ci_high"] - c["accuracy"]))
@@ -264,8 +266,8 @@ def plot_student_baselines(ds: xr.Dataset, *, densities: dict[str, float] | None
             color = "0.6" if loss == "none" else _color(loss)
             ax.bar(xs, ps, width, yerr=[lo, hi], capsize=3, color=color, edgecolor="0.2",
                    label="no distillation (labels only)" if loss == "none" else loss)
-            for x, p in zip(xs, ps):
-                ax.text(x, 2, f"{p:.1f}", ha="center", va="bottom", fontsize="x-small", rotation=90, color="white")
+            for x, p, h in zip(xs, ps, hi):
+                ax.text(x, p + h + 0.5, f"{p:.1f}", ha="center", va="bottom", fontsize="x-small")
     if "teacher" in ds["model"].values:
         t = 100 * float(ds["accuracy"].sel(model="teacher"))
         ax.axhline(t, color="0.3", ls=":", label=f"CNN teacher ({t:.1f} %)")
@@ -273,7 +275,8 @@ def plot_student_baselines(ds: xr.Dataset, *, densities: dict[str, float] | None
     names = [f"{g} d = {dens[g]:g}" if g in dens else ("dense student d = 1" if g == "dense" else g) for g in groups]
     ax.set_xticks(range(len(groups)), names)
     ax.set_ylabel("held-out top-1 accuracy (%)")
-    ax.set_ylim(0, 105)
+    floor = 100 * float(np.nanmin(ds["ci_low"].values))
+    ax.set_ylim(max(0.0, 10 * np.floor(floor / 10) - 10), 101)  # zoomed: the bars start at the axis floor
     ax.legend(fontsize="x-small", loc="upper center", ncols=4, framealpha=0.9, bbox_to_anchor=(0.5, -0.1))
     ax.set_title(title or "Students with and without distillation", fontsize="small")
     return ax.figure
