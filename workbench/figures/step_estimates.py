@@ -43,7 +43,7 @@ ESTIMATES: dict[str, dict[str, float]] = {
         "nondeep.students": 68,
         "nondeep.table1": 7,
         "nondeep.table5": 55,
-        "slimswin.baselines": 165,
+        "slimswin.baselines": 190,
         "slimswin.breakdown": 0,
         "slimswin.masks": 2,
         "slimswin.saliency": 1,
