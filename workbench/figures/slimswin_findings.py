@@ -47,6 +47,9 @@ def _fig4(sweep: xr.Dataset, base: xr.Dataset) -> Verdict:
         why = []
         if not keeps:
             why.append(f"the pruned model may lose more than {100 * KEEP_TOLERANCE:.0f} points")
+        won = [f"{c} ({st})" for st, c in wins]
+        if won:
+            why.append("better than " + ", ".join(won))
         lost = [f"{c} ({st})" for st, c in ties]
         if lost:
             why.append("no difference from " + ", ".join(lost) + " (the interval contains 0)")
