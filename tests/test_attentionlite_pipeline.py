@@ -247,6 +247,15 @@ def test_figures_smoke(irregular, column, tmp_path):
     from workbench.figures import STUDENTS
 
     assert {"AttentionLite irregular d=0.25 KD+AT", "AttentionLite column d=0.5 KD+AT"} <= set(STUDENTS)
+    # the no-distillation baselines: trained on the labels alone (no KL term recorded), at the figure density and dense
+    from workbench.pipelines.attentionlite import training_history
+
+    assert (out / "attentionlite.baselines.png").exists()
+    for rid in ("attentionlite-irregular-d0.25-ce-cnn-smoke", "attentionlite-irregular-d1-ce-cnn-smoke"):
+        ce = open_run(rid)
+        hist = training_history(ce)
+        assert ce.config["kd"] is False and "train_kl" not in hist and "train_ce" in hist
+    assert "unoptimised dense student" in (out / "index.md").read_text()
 
 
 def test_cnn_teacher_trains_and_teaches_in_channels_last_with_the_same_function(teacher):

@@ -250,6 +250,9 @@ def test_slimswin_figures_render(tmp_path, run033):
     assert (table["model"] == "demo Swin").sum() == 1 + len(budget("slimswin", "smoke").ratios)  # unpruned + the sweep
     index = (out / "index.md").read_text()
     assert "slimswin-r0.6667-swin-smoke" in index and "window_saliency" in index
+    # the baselines behind fig4's verdict: trained runs at the same ratio, and a verdict in the findings table
+    assert "slimswin-r0.6667-swin-smoke-random" in index and "slimswin-r0.6667-swin-smoke-uniform" in index
+    assert "## Findings" in index and "SlimSwin − random" in index
     swin_b = table[table["model"] == "Swin-B @224"]
     assert swin_b["pruned pairs"].tolist() == ["0/1920", "640/1920", "864/1920", "1088/1920", "1280/1920"]  # i = 32
     assert swin_b["paper reduction (%)"].tolist()[1:] == [30.7, 40.9, 51.1, 61.3]

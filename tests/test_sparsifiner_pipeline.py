@@ -206,7 +206,7 @@ def test_sparsifiner_figures_render(runs, tmp_path):
     out = tmp_path / "figs"
     assert main(["figures", "sparsifiner", "--profile", "smoke", "--device", "cpu", "--jobs", "1",
                  "--out", str(out)]) == 0
-    for fid in ("fig3", "fig4", "fig5", "fig6", "fig7", "agreement"):
+    for fid in ("fig3", "fig4", "fig5", "fig6", "fig7", "agreement", "baselines"):
         assert (out / f"sparsifiner.{fid}.png").exists(), fid
     t2 = pd.read_csv(out / "sparsifiner.table2.csv")
     dense = t2[(t2["model"] == "DeiT-S @224") & (t2["keep rate"] == 1.0)]
@@ -220,6 +220,7 @@ def test_sparsifiner_figures_render(runs, tmp_path):
     assert "Linformer k=13" in t4 and "246.73" in t4
     index = (out / "index.md").read_text()
     assert "sparsifiner-k0.25-vit-smoke" in index and "sparse_attention" in index
+    assert "learned mask − random keys" in index and "Sparsifiner − Linformer" in index  # verdicts from the data
 
 
 def test_plots_do_not_import_torch():

@@ -17,6 +17,7 @@ import pandas as pd
 import xarray as xr
 
 from workbench.figures import dataset, figure, student
+from workbench.figures import slimswin_findings as findings
 from workbench.figures.context import Context
 from workbench.plots.table import Table
 
@@ -82,6 +83,21 @@ def sweep_data(ctx: Context) -> xr.Dataset:
         step_pairs=int(runs[0].config["slimswin"]["step_pairs"]))
 
 
+@dataset("slimswin.baselines", after=("slimswin.sweep",))
+def baselines_data(ctx: Context) -> xr.Dataset:
+    """SlimSwin's masks against random and uniform-per-layer ones at the same r: per-image held-out correctness,
+    without fine-tuning (masks on the teacher's weights) and fine-tuned alike (:mod:`workbench.pipelines.slimswin_baselines`)."""
+    from workbench.pipelines import budget
+    from workbench.pipelines.slimswin_baselines import mask_comparison
+
+    teacher, runs = sweep(ctx)
+    b = budget("slimswin", ctx.profile)
+    by_ratio = {float(r.config["slimswin"]["target_ratio"]): r for r in runs}
+    base = {(float(r), c): ctx.run("slimswin", teacher.id, ratio=float(r), masks=c)
+            for r in b.baseline_ratios for c in ("random", "uniform")}
+    return mask_comparison(teacher, by_ratio, base, ctx.profile.name, b.baseline_seeds, device=ctx.device)
+
+
 @dataset("slimswin.masks", after=("slimswin.sweep",))
 def masks_data(ctx: Context) -> xr.Dataset:
     """The ``window_saliency`` Dataset (masks included) of every run of the sweep, along ``ratio``."""
@@ -145,10 +161,32 @@ def plot_fig3(ds: xr.Dataset):
     return fig
 
 
-def plot_fig4(ds: xr.Dataset):
-    from workbench.plots.slimswin import plot_accuracy_vs_ratio
+def _with_intervals(base: xr.Dataset) -> xr.Dataset:
+    """``accuracy`` and its 95 % Wilson interval per (stage, masks, ratio) from the per-image correctness."""
+    from workbench.figures.verdicts import accuracy_intervals
 
-    return plot_accuracy_vs_ratio(ds, title=f"SlimSwin on the demo Swin (profile {ds.attrs.get('profile')})")
+    return accuracy_intervals(base["correct"]).assign(teacher_accuracy=base["teacher_correct"].mean()).assign_coords(
+        sample=base["sample"])
+
+
+def plot_fig4(ds: xr.Dataset, base: xr.Dataset):
+    import matplotlib.pyplot as plt
+
+    from workbench.plots.slimswin import plot_accuracy_vs_ratio, plot_mask_baselines
+
+    acc = _with_intervals(base)
+    fig, axes = plt.subplots(1, 3, figsize=(14.5, 4.0), layout="constrained")
+    plot_accuracy_vs_ratio(ds, ax=axes[0], title="SlimSwin: accuracy vs ratio")
+    plot_mask_baselines(acc, "fine-tuned", ax=axes[1], title="Same r, fine-tuned alike")
+    seeds = json.loads(base.attrs["seeds"])
+    plot_mask_baselines(acc, "no fine-tune", ax=axes[2],
+                        title=f"Same r, teacher weights, no fine-tune (baselines: mean of {len(seeds)} draws)")
+    low = min(a.get_ylim()[0] for a in axes)
+    for a in axes:
+        a.set_ylim(low, 100.5)
+    fig.suptitle(f"SlimSwin on the demo Swin (profile {ds.attrs.get('profile')}): accuracy, and which pairs to prune "
+                 f"(error bars: 95 % Wilson intervals over {base.sizes['sample']} held-out images)")
+    return fig
 
 
 def _layer_ratio_plot(ratio: float):
@@ -194,35 +232,42 @@ def table1(ds: xr.Dataset) -> Table:
 
 
 # ---------------------------------------------------------------------------------------- figures
-figure("slimswin.fig1", paper=PAPER, data="slimswin.breakdown", plot=plot_fig1,
+figure("slimswin.fig1", paper=PAPER, data="slimswin.breakdown", plot=plot_fig1, finding=findings.FIG1,
        caption="Component-wise FLOPs per 224 x 224 image of Swin-T and Swin-B (the paper's Fig. 1), counted from the "
                "architecture (methods.slimswin.swin_flops_breakdown; 1 MAC = 2 FLOPs; LayerNorm counted as one MAC per "
                "element; softmax, GELU and additions not counted). Attention (QKV projection, QK^T and AV, output "
                "projection) is about a third of Swin-T's 9.0 GFLOPs (4.5 GMACs).")
-figure("slimswin.fig2", paper=PAPER, data="slimswin.masks", plot=plot_fig2,
+figure("slimswin.fig2", paper=PAPER, data="slimswin.masks", plot=plot_fig2, finding=findings.FIG2,
        caption="Gate masks of the demo Swin after SlimSwin pruning (the paper's Figs. 2-3 recast as data): for each "
                "global ratio r (rows) and each prunable layer (columns), the number of heads every window keeps (the "
                "colour: share of the layer's heads), drawn at pixel scale with the window borders in grey and the outline "
                "of a held-out digit; SW marks the shifted-window layers, whose windows wrap around the image. The last "
                "stage (one window) is never pruned. Which heads: plot_gate_masks in notebooks/05_slimswin.ipynb.")
-figure("slimswin.fig3", paper=PAPER, data="slimswin.saliency", plot=plot_fig3,
+figure("slimswin.fig3", paper=PAPER, data="slimswin.saliency", plot=plot_fig3, finding=findings.FIG3,
        caption="Window-head saliency of the unpruned demo Swin before pruning: |mean over held-out images of "
                "d cross-entropy / d gate| for every window (painted over its pixels, borders in white) of each "
                "prunable layer (rows) and head (columns) -- the score Algorithm 1 ranks globally, least salient pruned "
                "first. White contour: the mean digit of the images.")
-figure("slimswin.fig4", paper=PAPER, data="slimswin.sweep", plot=plot_fig4,
+figure("slimswin.fig4", paper=PAPER, data=("slimswin.sweep", "slimswin.baselines"), plot=plot_fig4,
+       finding=findings.FIG4,
        caption="Held-out top-1 accuracy of the demo Swin pruned by SlimSwin against the achieved global ratio of pruned "
                "window-head pairs (r = 1/3, 4/9, 5/9, 2/3 above each point, reached exactly: 48 / 64 / 80 / 96 of the demo's "
                "144 prunable pairs at 8 pairs per iteration), after the iterative phase alone and after the final "
-               "fine-tune, with the unpruned teacher dotted (the paper's Fig. 4 for Swin-T on ImageNet).")
+               "fine-tune, with the unpruned teacher dotted (the paper's Fig. 4 for Swin-T on ImageNet). Middle and "
+               "right: the baselines the claim is about, at the same number of pruned pairs: random pairs over all "
+               "prunable layers, and the same share r of every layer (a prespecified layer-wise ratio, random pairs "
+               "inside each layer); middle: given exactly SlimSwin's fine-tunes (the same subsets, seeds and learning "
+               "rate), at the ratios the profile's budget trains them; right: the masks alone on the unpruned "
+               "teacher's weights (SlimSwin's learned masks vs the mean of random draws). Differences are tested "
+               "paired, on the same held-out images.")
 _LAYER_CAPTION = ("Layer-wise pruning ratios of the demo Swin at global ratio r = {r} (the paper's Fig. {n}, r ≈ {p}): the "
                   "pruned share of each layer's window-head pairs that the global saliency ranking produced; numbers are "
                   "pruned / all pairs; the last stage (single window) is not pruned.")
-figure("slimswin.fig6", paper=PAPER, data="slimswin.masks", plot=_layer_ratio_plot(1 / 3),
+figure("slimswin.fig6", paper=PAPER, data="slimswin.masks", plot=_layer_ratio_plot(1 / 3), finding=findings.FIG6,
        caption=_LAYER_CAPTION.format(r="1/3", n=6, p=0.33))
-figure("slimswin.fig7", paper=PAPER, data="slimswin.masks", plot=_layer_ratio_plot(2 / 3),
+figure("slimswin.fig7", paper=PAPER, data="slimswin.masks", plot=_layer_ratio_plot(2 / 3), finding=findings.FIG7,
        caption=_LAYER_CAPTION.format(r="2/3", n=7, p=0.67))
-figure("slimswin.table1", paper=PAPER, kind="table", data="slimswin.table1", plot=table1,
+figure("slimswin.table1", paper=PAPER, kind="table", data="slimswin.table1", plot=table1, finding=findings.TABLE1,
        caption="Attention MACs per image (QKV projection, QK^T, AV and output projection of every layer) and their "
                "reduction under global pruning ratio r = 1/3, 4/9, 5/9, 2/3 (the paper's Table I, printed there as "
                "0.33 ... 0.67), for Swin-B and Swin-T at 224 x 224 with the pairs Algorithm 1 reaches at i = 32 pairs per "

@@ -60,9 +60,9 @@ def parse_density(text: str) -> float:
 
 
 def run_id(tag: str, pruning: str, density: float, at: bool, *, variant: str, default_variant: str, stem: str,
-           seed: int) -> str:
-    """``attentionlite-irregular-d0.25-kdat-cnn-demo`` (module docstring)."""
-    parts = ["attentionlite", pruning, f"d{density:g}", "kdat" if at else "kd"]
+           seed: int, kd: bool = True) -> str:
+    """``attentionlite-irregular-d0.25-kdat-cnn-demo`` (module docstring; ``ce`` for the no-distillation baseline)."""
+    parts = ["attentionlite", pruning, f"d{density:g}", ("kdat" if at else "kd") if kd else "ce"]
     if variant != default_variant:
         parts.append(variant)
     if stem == "attention":
@@ -121,19 +121,21 @@ def _check_teacher(teacher: torch.nn.Module, name: str, kwargs: dict, at: bool, 
 
 
 def _run(req, density: float | None = None, pruning: str = "irregular", at: bool = True, variant: str | None = None,
-         stem: str | None = None, seed: int = 0) -> Run:
+         stem: str | None = None, seed: int = 0, kd: bool = True) -> Run:
     b: AttentionLiteBudget = req.budget
     pruning = check_pruning(pruning)
     density = check_density(b.densities[pruning] if density is None else density)
     variant, stem = variant or b.variant, stem or b.stem
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"--seed must be a non-negative integer, got {seed!r}")
+    if not kd and at:
+        raise ValueError("--no-kd trains the student on the labels alone, without the teacher: pass --no-at too")
     t = req.teacher
     with torch.device("meta"):  # the architecture only: no weights, no arithmetic
         teacher_arch = create_model(t.model_name, **t.model_kwargs)
     name, kwargs = student_spec(teacher_arch, variant, stem)
     _check_teacher(teacher_arch, name, kwargs, at, b)
-    spec = RunSpec(name, kwargs, pruning, density, bool(at), seed)
+    spec = RunSpec(name, kwargs, pruning, density, bool(at), seed, bool(kd))
     cfg = replace(b.train, seed=seed, device=req.device)
     d = asdict(b.distill)
     config = {
@@ -144,7 +146,10 @@ def _run(req, density: float | None = None, pruning: str = "irregular", at: bool
         "train": train_record(cfg), "train_limit": b.train_limit,
         "lr_milestones": list(b.lr_milestones), "lr_gamma": b.lr_gamma if b.lr_milestones else None,
     }
-    rid = run_id(run_tag(req), pruning, density, bool(at), variant=variant, default_variant=b.variant, stem=stem, seed=seed)
+    if not kd:  # the no-distillation baseline (only then in the config: the distilled runs keep their ids and hashes)
+        config["kd"] = False
+    rid = run_id(run_tag(req), pruning, density, bool(at), variant=variant, default_variant=b.variant, stem=stem, seed=seed,
+                 kd=bool(kd))
     return student_run(req, rid, config, lambda run: sparse_distill(run, t, spec, b, cfg, req.profile.name, req.data,
                                                                      req.device, req.log))
 
@@ -211,7 +216,7 @@ def training_history(run: str | Run) -> xr.Dataset:
         ds["layer_density"].attrs.update(units="fraction", long_name="kept fraction of the layer's weights")
     cfg = run.config
     return ds.assign_attrs(run=run.id, pruning=cfg["pruning"], density=cfg["density"], at=int(cfg["at"]), seed=cfg["seed"],
-                           distill=DISTILL_LABEL[bool(cfg["at"])])
+                           distill=DISTILL_LABEL[bool(cfg["at"])] if cfg.get("kd", True) else "none")
 
 
 def load_masks(run: str | Run) -> dict[str, torch.Tensor]:
@@ -241,7 +246,8 @@ def masked_model(run: str | Run) -> torch.nn.Module:
 
 def _report(run: Run) -> str:
     r, c = run.manifest["results"], run.config
-    parts = [f"{c['pruning']} d = {c['density']:g}, {DISTILL_LABEL[bool(c['at'])]}: held-out top-1 {100 * r['val_acc']:.2f} %"]
+    loss = DISTILL_LABEL[bool(c["at"])] if c.get("kd", True) else "no distillation"
+    parts = [f"{c['pruning']} d = {c['density']:g}, {loss}: held-out top-1 {100 * r['val_acc']:.2f} %"]
     if r.get("teacher_val_acc") is not None:
         parts[0] += f" (teacher {100 * r['teacher_val_acc']:.2f} %)"
     parts.append(f"realised density {r['realised_density']:.4f}; {r['kept_params']:,} parameters kept of the student's "
@@ -270,6 +276,8 @@ register_method(Method(
                choices=tuple(SA_VARIANTS)),
         Option("stem", "conv (hybrid, Table 1) or attention (homogeneous, Table 2)", choices=("conv", "attention")),
         Option("seed", "seed of the initialisation, the initial masks and the shuffling", type=int, default=0),
+        Option("kd", "distil from the teacher (default); --no-kd (with --no-at): labels alone, the no-distillation "
+                     "baseline", type=None, default=True, switch=True),
     ),
     examples=("workbench run attentionlite --density 0.25 --pruning irregular --at",
               "workbench run attentionlite --density 0.5 --pruning column --no-at --seed 1",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from methods.attentionlite import (
@@ -64,6 +65,8 @@ class RunSpec:
     density: float  # target parameter density d in (0, 1]
     at: bool  # attention-transfer loss on (KD+AT) or off (KD)
     seed: int  # initialisation, masks, shuffling
+    kd: bool = True  # distil from the teacher (Eq. 2); False: cross-entropy on the labels alone (the no-distillation
+    # baseline: no KL, no AT, the teacher never runs)
 
 
 class StepDecay(TrainHook):
@@ -111,6 +114,12 @@ def sparse_distill(run: Run, t: "TeacherRef", spec: RunSpec, budget: AttentionLi
         return _sparse_distill(run, t, spec, budget, cfg, profile, data, device, log)
 
 
+def _cross_entropy(model: nn.Module, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """The no-distillation baseline's loss: cross-entropy on the labels (Eq. 2's L_S alone)."""
+    ce = F.cross_entropy(model(images), targets)
+    return ce, {"ce": ce.item()}
+
+
 def _sparse_distill(run: Run, t: "TeacherRef", spec: RunSpec, budget: AttentionLiteBudget, cfg: TrainConfig, profile: str,
                     data: str | None, device: str, log: Callable[[str], None]) -> dict:
     from workbench.data import datasets
@@ -127,6 +136,7 @@ def _sparse_distill(run: Run, t: "TeacherRef", spec: RunSpec, budget: AttentionL
     d = budget.distill
     loss = SparseDistillationLoss(teacher, alpha=d.alpha, beta=d.beta if spec.at else 0.0, rho=d.rho, p=d.p,
                                   at_form=d.at_form, resize=d.resize, kl_scale=d.kl_scale, student=student)
+    train_loss = loss if spec.kd else _cross_entropy
     hooks: list[TrainHook] = []
     sparse = None
     if spec.density < 1.0:
@@ -137,10 +147,10 @@ def _sparse_distill(run: Run, t: "TeacherRef", spec: RunSpec, budget: AttentionL
         hooks.append(sparse)
     if budget.lr_milestones:
         hooks.append(StepDecay(budget.lr_milestones, budget.lr_gamma))
-    log(f"sparse distillation: {spec.student} ({spec.pruning}, d = {spec.density:g}, {'KD+AT' if spec.at else 'KD'}, "
+    log(f"sparse distillation: {spec.student} ({spec.pruning}, d = {spec.density:g}, {'KD+AT' if spec.at else 'KD' if spec.kd else 'no distillation'}, "
         f"seed {spec.seed}) from {t.ref} on {len(train_set)} images, {cfg.epochs} epochs")
     t0 = time.perf_counter()
-    history = fit(student, train_set, val_set, cfg, loss_fn=loss, hooks=hooks, ckpt_dir=run.phase_dir("train"),
+    history = fit(student, train_set, val_set, cfg, loss_fn=train_loss, hooks=hooks, ckpt_dir=run.phase_dir("train"),
                   on_epoch_end=run.log_epoch)
     train_time = time.perf_counter() - t0
     student.eval()

@@ -43,6 +43,7 @@ from methods.slimswin import SlimSwinConfig, check_swin, pairs_to_prune, prunabl
 from workbench.models import create_model, load_model, read_state_dict
 from workbench.pipelines import Method, Option, RunRequest, budget, register_method, run_method
 from workbench.pipelines.common import run_config, run_tag, student_run
+from workbench.pipelines.slimswin_baselines import MASK_CHOICES, finetune_with_masks
 from workbench.pipelines.slimswin_budgets import RECIPES, SlimSwinRecipe
 from workbench.pipelines.slimswin_run import prune_and_finetune
 from workbench.runs import Run, open_run
@@ -160,7 +161,8 @@ def check_ratio(ratio) -> None:
 
 
 def _run(req: RunRequest, ratio: float, step_pairs: int | None = None, reduce: str | None = None,
-         gate_mode: str | None = None, start_from: str | Run | None = None) -> Run:
+         gate_mode: str | None = None, start_from: str | Run | None = None,
+         masks: str = "saliency") -> Run:
     """Prune the request's Swin teacher to the global ratio ``ratio`` with SlimSwin (reusing or resuming the run).
 
     Args:
@@ -172,6 +174,9 @@ def _run(req: RunRequest, ratio: float, step_pairs: int | None = None, reduce: s
         gate_mode: ``qkv`` (paper) or ``output`` (Michel et al.).
         start_from: a complete SlimSwin run of the same teacher and settings at a smaller ratio to
             continue Algorithm 1 from (see the module docstring); ignored if incompatible.
+        masks: ``saliency`` (Algorithm 1), or a baseline at the same number of pruned pairs with SlimSwin's
+            fine-tunes: ``random`` or ``uniform`` per layer (:mod:`workbench.pipelines.slimswin_baselines`; run id
+            suffix ``-random`` / ``-uniform``).
 
     Returns:
         The complete run.
@@ -196,12 +201,19 @@ def _run(req: RunRequest, ratio: float, step_pairs: int | None = None, reduce: s
         raise ValueError(f"{t.model_name} has no prunable layers (exclude={cfg.exclude!r})")
     _pairs_to_prune(cfg, arch)  # step_pairs must fit in the prunable pairs (raises otherwise)
     config = _config(cfg, recipe, req)
+    rid = run_id(run_tag(req), float(ratio), cfg, recipe.method)
+    if masks not in MASK_CHOICES:
+        raise ValueError(f"--masks must be one of {', '.join(MASK_CHOICES)}, got {masks!r}")
+    if masks != "saliency":  # a baseline: the same pairs count and fine-tunes, other masks (no chaining)
+        pairs = _pairs_to_prune(cfg, arch)
+        return student_run(req, f"{rid}-{masks}", {**config, "masks": masks},
+                           lambda run: finetune_with_masks(run, t, cfg, recipe, req.profile, req.data, req.device,
+                                                           masks, pairs, req.log))
     parent = None
     if start_from is not None:
         parent = _compatible_parent(start_from if isinstance(start_from, Run) else open_run(start_from),
                                     run_config(req, config), cfg, arch)
-    return student_run(req, run_id(run_tag(req), float(ratio), cfg, recipe.method), config,
-                       lambda run: prune_and_finetune(run, req, cfg, parent))
+    return student_run(req, rid, config, lambda run: prune_and_finetune(run, req, cfg, parent))
 
 
 def run_sweep(teacher: str | Run | None = None, profile: str = "demo", ratios: Sequence[float] | None = None, *,
@@ -242,7 +254,9 @@ register_method(Method(
                     choices=("abs_of_mean", "abs", "signed")),
              Option("gate_mode", "gate Q/K/V (paper, default) or head outputs", choices=("qkv", "output")),
              Option("start_from", "a complete SlimSwin run (same teacher and settings, smaller ratio) whose iterations "
-                    "this run continues; ignored if incompatible")),
+                    "this run continues; ignored if incompatible"),
+             Option("masks", "which pairs: least salient (Algorithm 1, default), or the baselines at the same count: "
+                             "random, uniform (the same share of every layer)", default="saliency", choices=MASK_CHOICES)),
     examples=("workbench run slimswin --ratio 1/3",
               "workbench run slimswin --teacher teacher-swin-demo --ratio 2/3 --step-pairs 4",
               "workbench run slimswin --teacher swin_tiny_patch4_window7_224 --checkpoint swin_t.safetensors "

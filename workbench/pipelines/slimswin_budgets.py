@@ -27,6 +27,8 @@ class SlimSwinRecipe:
     eval_iterations: bool = True  # held-out accuracy after every iteration (recorded in history.json)
     cpu_threads: int | None = None  # torch CPU threads during the run (None: torch's default; see RECIPES)
     final_train_images: int | None = None  # images of the final fine-tune (class-balanced); None: the whole set (Alg. 1)
+    baseline_ratios: tuple[float, ...] = ()  # ratios with fine-tuned random / uniform-per-layer baselines (slimswin_baselines)
+    baseline_seeds: tuple[int, ...] = (0, 1, 2)  # mask draws averaged in the no-fine-tune baseline comparison
 
 
 #: profile -> recipe. ``paper`` is §V-B: AdamW 5e-5, wd 1e-4, KD alpha 0.7 / T 2, 15 final epochs with
@@ -39,11 +41,12 @@ RECIPES: dict[str, SlimSwinRecipe] = {
         SlimSwinConfig(step_pairs=8, saliency_samples=256, finetune_fraction=0.25, final_epochs=1, lr=1e-3),
         batch_size=64, ratios=PAPER_RATIOS, saliency_images="demo:val[:256]", cpu_threads=1, final_train_images=1000,
         eval_iterations=False,  # no figure reads the per-iteration accuracy; the one after the last iteration is kept
+        baseline_ratios=(PAPER_RATIOS[-1],),  # the fine-tuned baselines where pruning costs most (docs/budgets.md)
     ),
     "smoke": SlimSwinRecipe(
         SlimSwinConfig(step_pairs=16, saliency_samples=32, finetune_fraction=0.25, final_epochs=1, lr=1e-3),
         batch_size=64, ratios=(PAPER_RATIOS[0], PAPER_RATIOS[-1]), saliency_images="demo:val[:16]", progress=False,
-        eval_iterations=False, cpu_threads=1,
+        eval_iterations=False, cpu_threads=1, baseline_ratios=(PAPER_RATIOS[-1],), baseline_seeds=(0, 1),
     ),
     "paper": SlimSwinRecipe(SlimSwinConfig(), batch_size=128, ratios=PAPER_RATIOS,
                             saliency_images="skimage:astronaut,chelsea,coffee"),

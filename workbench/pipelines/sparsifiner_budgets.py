@@ -33,6 +33,8 @@ class SparsifinerBudget:
     deploy_check: bool = True  # evaluate the deploy form (sparse path) on the held-out set too
     cpu_threads: int | None = None  # torch CPU threads during a run (None: torch's default)
     progress: bool = True  # progress bars
+    baseline_seeds: tuple[int, ...] = (0,)  # random-key draws averaged in sparsifiner.baselines (each: 3 passes over
+    # the held-out set; three draws took 93 s of one idle core in all, docs/sparsifiner-demo-budgets.md)
 
     def train_config(self, phase: Phase1Config | Phase2Config, device: str = "auto") -> TrainConfig:
         """The ``methods.train.fit`` config of one phase (AdamW, cosine; weight decay is the paper's L_spa, §3.3)."""

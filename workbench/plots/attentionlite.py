@@ -15,7 +15,8 @@ import xarray as xr
 
 from workbench.plots.theme import ATTENTION_CMAP, MISSING_COLOR, PALETTE
 
-__all__ = ["DISTILL_COLORS", "plot_accuracy_curves", "plot_layer_density", "plot_at_maps", "plot_local_attention"]
+__all__ = ["DISTILL_COLORS", "plot_accuracy_curves", "plot_layer_density", "plot_at_maps", "plot_local_attention",
+           "plot_student_baselines"]
 
 #: Loss -> colour index in the categorical palette (the same in every AttentionLite figure).
 DISTILL_COLORS = {"KD": 0, "KD+AT": 1}
@@ -227,3 +228,55 @@ def plot_local_attention(ds: xr.Dataset, *, sample: int | None = None, layers: S
     fig.colorbar(im, ax=axes, label="attention weight of the key cell", fraction=0.05, pad=0.03)
     fig.suptitle(title or f"Local attention of the query pixel (y, x) = ({qy}, {qx}), sample {s}")
     return fig
+
+
+def plot_student_baselines(ds: xr.Dataset, *, densities: dict[str, float] | None = None, ax=None,
+                           title: str | None = None):
+    """Grouped bars of held-out top-1 (%) per pruning group and loss, with intervals, the teacher dotted.
+
+    Args:
+        ds: ``accuracy(model)``, ``ci_low(model)``, ``ci_high(model)`` with ``model`` labels ``<group>/<loss>``
+            (groups e.g. ``irregular``, ``column``, ``dense``; losses ``none``, ``KD``, ``KD+AT``) and ``teacher``.
+        densities: group -> density, for the group labels.
+        ax: an Axes to draw into (None: a new figure).
+        title: axes title.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.2, 4.2), layout="constrained")
+    labels = [str(m) for m in ds["model"].values if str(m) != "teacher"]
+    groups = list(dict.fromkeys(m.split("/")[0] for m in labels))
+    losses = ["none", "KD", "KD+AT"]
+    width = 0.26
+    present = {g: [loss for loss in losses if f"{g}/{loss}" in labels] for g in groups}
+    for loss in losses:
+        xs, ps, lo, hi = [], [], [], []
+        for i, g in enumerate(groups):
+            m = f"{g}/{loss}"
+            if m not in labels:
+                continue
+            c = ds.sel(model=m)
+            k, n = present[g].index(loss), len(present[g])
+            xs.append(i + (k - (n - 1) / 2) * width)  # the group's bars centred on its tick
+            ps.append(100 * float(c["accuracy"]))
+            lo.append(100 * float(c["accuracy"] - c["ci_low"]))
+            hi.append(100 * float(c["ci_high"] - c["accuracy"]))
+        if xs:
+            color = "0.6" if loss == "none" else _color(loss)
+            ax.bar(xs, ps, width, yerr=[lo, hi], capsize=3, color=color, edgecolor="0.2",
+                   label="no distillation (labels only)" if loss == "none" else loss)
+            for x, p, h in zip(xs, ps, hi):
+                ax.text(x, p + h + 0.5, f"{p:.1f}", ha="center", va="bottom", fontsize="x-small")
+    if "teacher" in ds["model"].values:
+        t = 100 * float(ds["accuracy"].sel(model="teacher"))
+        ax.axhline(t, color="0.3", ls=":", label=f"CNN teacher ({t:.1f} %)")
+    dens = densities or {}
+    names = [f"{g} d = {dens[g]:g}" if g in dens else ("dense student d = 1" if g == "dense" else g) for g in groups]
+    ax.set_xticks(range(len(groups)), names)
+    ax.set_ylabel("held-out top-1 accuracy (%)")
+    floor = 100 * float(np.nanmin(ds["ci_low"].values))
+    ax.set_ylim(max(0.0, 10 * np.floor(floor / 10) - 10), 101)  # zoomed: the bars start at the axis floor
+    ax.legend(fontsize="x-small", loc="upper center", ncols=4, framealpha=0.9, bbox_to_anchor=(0.5, -0.1))
+    ax.set_title(title or "Students with and without distillation", fontsize="small")
+    return ax.figure

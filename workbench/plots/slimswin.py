@@ -352,3 +352,43 @@ def plot_layer_ratio(ds: xr.Dataset, ratio: float, ax: Axes | None = None, title
     a.set_ylim(0, 1.25)
     a.set_title(title or f"Layer-wise pruning ratios (r ≈ {float(sel['ratio']):.2f})")
     return fig
+
+
+#: Line styles of the mask choices in :func:`plot_mask_baselines`.
+MASK_STYLES = {"saliency": ("o-", "C0", "SlimSwin (least salient pairs)"),
+               "random": ("s--", "C3", "random pairs"),
+               "uniform": ("^:", "C2", "uniform per layer (random pairs)")}
+
+
+def plot_mask_baselines(ds: xr.Dataset, stage: str, ax: Axes | None = None, title: str | None = None) -> Figure:
+    """Held-out top-1 (%) against the global ratio for SlimSwin's masks and the baselines, with 95 % Wilson intervals.
+
+    Args:
+        ds: ``accuracy(stage, masks, ratio)`` with its interval ``ci_low`` / ``ci_high`` (NaN where a choice was not
+            run), ``teacher_accuracy`` (scalar), and ``sample`` (its size: the images behind the intervals).
+        stage: ``"no fine-tune"`` or ``"fine-tuned"``.
+        ax: draw into this Axes.
+        title: axes title.
+    """
+    fig, axes = _figure(1, 1, ax)
+    a = axes[0, 0]
+    n = ds.sizes["sample"]
+    sel = ds.sel(stage=stage)
+    for choice in sel["masks"].values:
+        style, color, label = MASK_STYLES.get(str(choice), ("x-", "0.4", str(choice)))
+        c = sel.sel(masks=choice)
+        ok = np.isfinite(c["accuracy"].values)
+        if not ok.any():
+            continue
+        x, p = ds["ratio"].values[ok], c["accuracy"].values[ok]
+        err = np.stack([p - c["ci_low"].values[ok], c["ci_high"].values[ok] - p])
+        a.errorbar(x, 100 * p, yerr=100 * err, fmt=style, color=color, capsize=3, ms=5, label=label)
+    t = float(ds["teacher_accuracy"])
+    a.axhline(100 * t, color="0.3", ls=":", label=f"unpruned teacher ({100 * t:.1f} %)")
+    a.set_xticks(ds["ratio"].values, [f"{r:.2f}" for r in ds["ratio"].values])
+    a.margins(x=0.12)
+    a.set_xlabel("global pruning ratio r (same number of pruned pairs)")
+    a.set_ylabel("held-out top-1 accuracy (%)")
+    a.legend(fontsize="x-small", frameon=True, framealpha=0.9, loc="best")
+    a.set_title(title or f"Which pairs to prune ({stage}; bars: 95 % CI over {n} images)", fontsize="small")
+    return fig

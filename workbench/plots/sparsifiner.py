@@ -475,3 +475,51 @@ def plot_mass_agreement(ds: xr.Dataset, ax: Axes | None = None, *, title: str | 
     else:
         ax.set_title(text, fontsize="medium")
     return fig
+
+
+#: Styles of the masks in :func:`plot_mask_baselines`.
+MASK_STYLES = {"trained": ("o-", "C0", "Sparsifiner, trained (phase 2)"),
+               "learned": ("D--", "C1", "learned mask on teacher weights (phase 1)"),
+               "top-B": ("^:", "C2", "teacher's own top-B keys (oracle)"),
+               "random": ("s--", "C3", "B random keys")}
+
+
+def plot_mask_baselines(ds: xr.Dataset, ax: Axes | None = None, *, title: str | None = None) -> Figure:
+    """Held-out top-1 (%) against the keep rate for each mask, with intervals; teacher and Linformer as lines.
+
+    Args:
+        ds: ``accuracy(mask, keep_rate)`` with ``ci_low`` / ``ci_high``, scalars ``teacher_accuracy`` and
+            ``linformer_accuracy`` (NaN: none), attr ``linformer_keep_rate``.
+        ax: draw into this Axes.
+        title: axes title.
+    """
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+    fig = ax.figure
+    x = ds["keep_rate"].values
+    for m in ds["mask"].values:
+        style, color, label = MASK_STYLES.get(str(m), ("x-", "0.4", str(m)))
+        c = ds.sel(mask=m)
+        p = c["accuracy"].values
+        err = np.stack([p - c["ci_low"].values, c["ci_high"].values - p])
+        ax.errorbar(x, 100 * p, yerr=100 * err, fmt=style, color=color, capsize=3, ms=5, label=label)
+    t = float(ds["teacher_accuracy"])
+    ax.axhline(100 * t, color="0.3", ls=":", label=f"dense teacher ({100 * t:.1f} %)")
+    low = max(0.0, 100 * float(np.nanmin(ds["ci_low"].values)) - 3)  # zoom on the masks: their differences are small
+    lin = float(ds["linformer_accuracy"])
+    if np.isfinite(lin):
+        k = ds.attrs["linformer_keep_rate"]
+        if 100 * lin >= low:
+            ax.plot([k], [100 * lin], "P", color="C4", ms=9, label=f"Linformer, k = B ({100 * lin:.1f} %)")
+        else:  # far below: an arrow at the axis floor, its value in the legend
+            ax.annotate("", (k, low + 0.2), xytext=(k, low + 1.5), arrowprops=dict(arrowstyle="->", color="C4", lw=2))
+            ax.plot([], [], "P", color="C4", ms=9, label=f"Linformer, k = B ({100 * lin:.1f} %, below the axis: arrow)")
+    ax.set_xscale("log")
+    ax.set_xticks(x, [f"{k:g}" for k in x])
+    ax.minorticks_off()
+    ax.set_xlabel("attention keep rate K (B = ⌈K·n⌉ keys per patch query)")
+    ax.set_ylabel("held-out top-1 accuracy (%)")
+    ax.set_ylim(low, min(100.5, max(100 * t, 100 * float(np.nanmax(ds["ci_high"].values))) + 3))
+    ax.legend(fontsize="x-small", loc="best", framealpha=0.9)
+    ax.set_title(title or "Which keys to keep", fontsize="small")
+    return fig
