@@ -101,7 +101,7 @@ def reduce_dataset(ds: xr.Dataset, *, over: str = "sample", by: str | None = Non
         else:
             labels = np.unique(key.values)
             out = xr.concat([one(data.isel({over: np.flatnonzero(key.values == g)}).drop_vars(by)) for g in labels],
-                            dim=xr.DataArray(labels, dims=by, name=by))
+                            dim=xr.DataArray(labels, dims=by, name=by), join="outer")
     out = out.drop_vars([c for c in out.coords if over in out[c].dims], errors="ignore")
     reduction = {"over": over, "by": by, "stat": stat, **({"q": q} if stat == "quantile" else {}),
                  **({"k": k} if stat == "topk" else {})}
