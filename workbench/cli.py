@@ -57,6 +57,37 @@ def _add_run_flags(p: argparse.ArgumentParser, force_help: str) -> None:
     p.add_argument("--force", action="store_true", help=force_help)
 
 
+def _add_budget_flags(p: argparse.ArgumentParser, own: Sequence[str] = ()) -> None:
+    """The budget overrides every run takes (``workbench.pipelines.Overrides``); a method's own option of the same
+    name (Non-deep ViT's --epochs) keeps its meaning."""
+    g = p.add_argument_group("budget overrides (a trial on a laptop before the real run; they name the run)")
+    if "epochs" not in own:
+        g.add_argument("--epochs", action="append", metavar="[PHASE=]N",
+                       help="training epochs of every phase, or of PHASE (repeat for more); the plan printed before "
+                            "the run names the phases")
+    if "steps" not in own:
+        g.add_argument("--steps", action="append", metavar="[NAME=]N",
+                       help="optimizer steps of step-counted phases (Non-deep ViT: warmup, adjust)")
+    if "batch_size" not in own:
+        g.add_argument("--batch-size", dest="batch_size", action="append", metavar="[PHASE=]N",
+                       help="global batch size of every phase, or of PHASE")
+    g.add_argument("--images", type=int, default=None, metavar="N", help="train on N images of the training set")
+
+
+def _overrides(args, own: Sequence[str] = ()):
+    from workbench.pipelines import Overrides, parse_override
+
+    return Overrides(**{k: parse_override(getattr(args, k, None), "--" + k.replace("_", "-"))
+                        for k in ("epochs", "steps", "batch_size") if k not in own},
+                     images=getattr(args, "images", None))
+
+
+def _is_rank0() -> bool:
+    import os
+
+    return int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 reports
+
+
 def _add_option(p: argparse.ArgumentParser, opt) -> None:
     if opt.switch:
         p.add_argument(opt.flag, dest=opt.name, action=argparse.BooleanOptionalAction, default=None,
@@ -90,6 +121,7 @@ def _parser() -> argparse.ArgumentParser:
     for opt in methods["teacher"].options:
         _add_option(t, opt)
     _add_run_flags(t, "retrain even if a complete run exists")
+    _add_budget_flags(t)
 
     a = add(sub, "analyze", "Run an analysis extractor on a model and images; write an xarray store.", EXAMPLES["analyze"])
     a.add_argument("kind", help="analysis name: attention, window-attention, dependency, retention, window-saliency, ...")
@@ -144,6 +176,10 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--force", action="store_true",
                    help="recompute analyses and figure data and redraw every figure (runs are reused)")
     f.add_argument("--pdf", action="store_true", help="also write every figure as a vector PDF (default: PNG only)")
+    f.add_argument("--data", default=None,
+                   help="ImageFolder root with train/ and val/ (--profile paper: the figures use your teacher runs on it, "
+                        "its val/ images, and the method runs of the same budget overrides)")
+    _add_budget_flags(f)
 
     r = add(sub, "run", "Run a compression method end to end (as resumable runs).", EXAMPLES["run"])
     rs = r.add_subparsers(dest="method", required=True)
@@ -158,6 +194,7 @@ def _parser() -> argparse.ArgumentParser:
         for opt in entry.options:
             _add_option(mp, opt)
         _add_run_flags(mp, "redo the method's runs even if complete (the teacher is reused)")
+        _add_budget_flags(mp, [o.name for o in entry.options])
     return p
 
 
@@ -199,6 +236,8 @@ def _method_options(args, entry) -> dict:
 
 
 def _print_run(run, entry) -> None:
+    if not _is_rank0():
+        return
     print(f"run: {run.dir}")
     if entry.report is not None:
         print(entry.report(run))
@@ -212,7 +251,7 @@ def cmd_train(args) -> int:
 
     entry = get_method("teacher")
     run = run_method("teacher", None, args.profile, device=args.device, data=args.data, force=args.force,
-                     **_method_options(args, entry))
+                     overrides=_overrides(args), **_method_options(args, entry))
     _print_run(run, entry)
     return 0
 
@@ -221,8 +260,9 @@ def cmd_run(args) -> int:
     from workbench.pipelines import get_method, run_method
 
     entry = get_method(args.method)
+    own = [o.name for o in entry.options]
     run = run_method(args.method, args.teacher, args.profile, teacher_checkpoint=args.checkpoint, device=args.device,
-                     data=args.data, force=args.force, **_method_options(args, entry))
+                     data=args.data, force=args.force, overrides=_overrides(args, own), **_method_options(args, entry))
     _print_run(run, entry)
     return 0
 

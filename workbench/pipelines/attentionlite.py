@@ -250,6 +250,7 @@ register_method(Method(
     "attentionlite",
     "AttentionLite: sparse distillation of a CNN teacher into a self-attention ResNet (KD or KD+AT; irregular or column).",
     BUDGETS, _run, teacher="cnn", family="CNN",
+    phases=("train",),  # DistillConfig's epochs/batch_size are unused (its docstring): the one training phase is `train`
     options=(
         Option("density", "target parameter density d in (0, 1] (default: the profile's, demo 0.25 irregular / 0.5 column)",
                type=parse_density),

@@ -30,9 +30,9 @@ from methods.teachers import DEMO_TEACHERS
 from methods.train import TrainConfig, fit, mixup_cutmix, repeated_augmentation, soft_target_cross_entropy
 from workbench.data import DemoDataset, image_folder, scan_image_folder
 from workbench.models import create_model, load_weights, read_state_dict
-from workbench.pipelines import Method, Option, RunRequest, budget, register_method
+from workbench.pipelines import Method, Option, RunRequest, active_images, budget, data_tag, register_method
 from workbench.profiles import get_profile
-from workbench.runs import Run, RunError, ensure_run, open_run, runs_root, sha256_file
+from workbench.runs import Run, RunError, ensure_run, list_runs, open_run, runs_root, sha256_file
 
 
 @dataclass(frozen=True)
@@ -130,25 +130,53 @@ def datasets(profile: str, data: str | None = None, input_size=(1, 28, 28), mean
             training transform).
         eval_transform: more ``create_transform`` options of the held-out set (``crop_pct``, ``interpolation``).
     """
+    from workbench.pipelines.common import limited
+
     prof = get_profile(profile)
+    images = active_images()  # --images of the run in progress
     if data is None:
         if profile == "paper":
             raise ValueError("the paper profile trains on your data: pass --data PATH (an ImageFolder with train/ and val/)")
         size = tuple(input_size)  # digits padded to the model's input size (DemoDataset)
-        return (DemoDataset("train", train_transform=True, limit=prof.train_limit, input_size=size),
+        limit = min(x for x in (prof.train_limit, images) if x is not None) if (prof.train_limit, images) != (None, None) else None
+        return (DemoDataset("train", train_transform=True, limit=limit, input_size=size),
                 DemoDataset("val", limit=prof.val_limit, input_size=size))
     root = Path(data).expanduser()
     kw = dict(input_size=input_size, mean=mean, std=std)
     train_kw = {} if augment is None else dict(auto_augment=augment.auto_augment, re_prob=augment.re_prob,
                                                re_mode="pixel", re_count=1, interpolation=augment.interpolation)
-    return (image_folder(root / "train", is_training=True, **kw, **train_kw),
+    return (limited(image_folder(root / "train", is_training=True, **kw, **train_kw), images),
             image_folder(root / "val", is_training=False, **kw, **(eval_transform or {})))
 
 
-def teacher_run_id(arch: str, profile: str, model_name: str | None = None) -> str:
-    """``teacher-swin-demo`` for the profile's own model of ``arch``; ``teacher-<timm name>-<profile>`` for another."""
+def teacher_run_id(arch: str, profile: str, model_name: str | None = None, *, data: str | None = None,
+                   init_sha256: str | None = None) -> str:
+    """``teacher-swin-demo`` for the demo profiles' own model of ``arch``, else ``teacher-<timm name>-<profile>``
+    (the paper profile always names the timm model), then ``+`` what else changes the result: the data
+    (:func:`workbench.pipelines.data_tag`) and the initial checkpoint (``ck`` + 8 hex digits of its SHA-256):
+    ``teacher-deit_small_patch16_224-paper+flowers_3fa2.ck1a2b3c4d``. Budget overrides follow (``.e0``)."""
     default = budget("teacher", profile).model(arch)
-    return f"teacher-{arch}-{profile}" if model_name in (None, default) else f"teacher-{model_name}-{profile}"
+    base = f"teacher-{arch}-{profile}" if model_name in (None, default) and profile != "paper" else \
+        f"teacher-{model_name or default}-{profile}"
+    tokens = ([data_tag(data)] if data is not None else []) + ([f"ck{init_sha256[:8]}"] if init_sha256 else [])
+    return base + ("+" + ".".join(tokens) if tokens else "")
+
+
+def find_teachers(arch: str, profile: str, data: str | None) -> list[Run]:
+    """Complete teacher runs of ``arch`` (recorded in the manifest, or the profile's model of it) on ``data``,
+    newest first: the paper profile's teachers, recorded or trained by the user."""
+    default = budget("teacher", profile).model(arch)
+    want = str(Path(data).expanduser().resolve()) if data is not None else "demo"
+    found = []
+    for run in list_runs():
+        try:
+            m, c = run.manifest, run.config
+        except RunError:
+            continue
+        if (c.get("method") == "teacher" and c.get("profile") == profile and m.get("status") == "complete"
+                and c.get("data") == want and (m.get("arch") == arch or c.get("model_name") == default)):
+            found.append(run)
+    return sorted(found, key=lambda r: r.manifest.get("completed", ""), reverse=True)
 
 
 def _classes(data: str) -> list[str]:
@@ -235,6 +263,8 @@ def train_teacher(
         if not Path(checkpoint).expanduser().is_file():
             raise ValueError(f"teacher checkpoint {checkpoint!r} does not exist")
         sha = sha256_file(Path(checkpoint).expanduser())
+    if data is not None:
+        data = str(Path(data).expanduser().resolve())
     classes = _classes(data) if data is not None else []
     model_kwargs = {"num_classes": len(classes)} if data is not None else {}
     augment = prof.augment if data is not None else None  # the demo digits have their own jitter
@@ -274,7 +304,12 @@ def train_teacher(
         return {"val_acc": final["val_acc"], "val_loss": final["val_loss"], "epochs": len(history),
                 "train_images": len(train_set), "val_images": len(val_set)}
 
-    return ensure_run(teacher_run_id(arch, profile, name), config, body, force=force, log=log)
+    def recorded(run: Run) -> dict:
+        run.update_manifest(arch=arch)  # find_teachers looks teachers up by arch
+        return body(run)
+
+    return ensure_run(teacher_run_id(arch, profile, name, data=data, init_sha256=sha), config, recorded, force=force,
+                      log=log)
 
 
 def _record_checkpoint(run: Run, model, val_set: Dataset, cfg: TrainConfig, train_images: int) -> dict:
@@ -301,6 +336,7 @@ class TeacherRef:
     checkpoint: str | None = None  # weights file (None for a run: its own checkpoint)
     sha256: str | None = None  # hash of the teacher weights
     run: str | None = None  # teacher run id, if any
+    data: str | None = None  # the data the teacher run was trained / evaluated on (None: a timm name + weights)
 
 
 def resolve_teacher(teacher: str | Run | None, profile: str, *, default_arch: str, family: str,
@@ -323,15 +359,19 @@ def resolve_teacher(teacher: str | Run | None, profile: str, *, default_arch: st
     teacher = default_arch if teacher is None else str(teacher.dir) if isinstance(teacher, Run) else teacher
     if teacher in DEMO_TEACHERS:
         if profile == "paper":  # the paper's backbone trained (or recorded) on the user's data; never trained here
-            rid = teacher_run_id(teacher, "paper")
-            if not (runs_root() / rid / "manifest.json").exists() or open_run(rid).status != "complete":
+            found = find_teachers(teacher, "paper", data)
+            if not found:
                 name = budget("teacher", "paper").model(teacher)
                 raise ValueError(
-                    f"the paper profile needs a real {family} teacher and run {rid!r} does not exist (or is unfinished): "
-                    f"train {name} with `workbench train teacher --arch {teacher} --profile paper --data ROOT`, or record "
-                    f"pretrained weights with `... --checkpoint WEIGHTS --epochs 0`; or pass --teacher RUN_ID, or a timm "
-                    f"{family} name with --checkpoint WEIGHTS")
-            teacher = rid
+                    f"the paper profile needs a real {family} teacher and there is no complete --arch {teacher} teacher "
+                    f"run on {data or 'your data (pass --data ROOT)'}: train {name} with `workbench train teacher --arch "
+                    f"{teacher} --profile paper --data ROOT`, or record pretrained weights with `... --checkpoint WEIGHTS "
+                    f"--epochs 0` (--model NAME for another backbone); or pass --teacher RUN_ID, or a timm {family} name "
+                    "with --checkpoint WEIGHTS")
+            if len(found) > 1:
+                log(f"{len(found)} --arch {teacher} teacher runs on this data: using the newest, {found[0].id} (others: "
+                    f"{', '.join(r.id for r in found[1:])}; pass --teacher RUN_ID to choose)")
+            teacher = found[0].id
         else:
             teacher = train_teacher(teacher, profile, device=device, data=data, log=log).id
     if (runs_root() / teacher / "manifest.json").exists() or (Path(teacher).expanduser() / "manifest.json").exists():
@@ -340,8 +380,8 @@ def resolve_teacher(teacher: str | Run | None, profile: str, *, default_arch: st
         run = open_run(teacher)
         if run.status != "complete":
             raise RunError(f"teacher run {run.id!r} is not complete (status {run.status!r}); finish it first")
-        return TeacherRef(run.id, run.id.removeprefix("teacher-"), run.config["model_name"],
-                          dict(run.config.get("model_kwargs", {})), None, run.manifest.get("checkpoint_sha256"), run.id)
+        return TeacherRef(run.id, _tag(run), run.config["model_name"], dict(run.config.get("model_kwargs", {})), None,
+                          run.manifest.get("checkpoint_sha256"), run.id, run.config.get("data"))
     create_model(teacher)  # validates the name: a clear error for an unknown architecture
     if checkpoint is None:
         raise ValueError(f"teacher {teacher!r} is not a run; pass a teacher run id (e.g. teacher-{default_arch}-demo), "
@@ -350,13 +390,25 @@ def resolve_teacher(teacher: str | Run | None, profile: str, *, default_arch: st
     path = Path(checkpoint).expanduser()
     if not path.is_file():
         raise ValueError(f"teacher checkpoint {str(path)!r} does not exist")
-    return TeacherRef(teacher, teacher, teacher, {}, str(path), sha256_file(path))
+    sha = sha256_file(path)
+    return TeacherRef(teacher, f"{teacher}+ck{sha[:8]}", teacher, {}, str(path), sha)  # the weights are in the id
 
 
-def _run(req: RunRequest, arch: str, model: str | None = None, epochs: int | None = None, batch_size: int | None = None,
-         checkpoint: str | None = None) -> Run:
+def _tag(run: Run) -> str:
+    """The teacher part of its students' ids: ``vit-demo`` for ``teacher-vit-demo``, ``resnet18+flowers_3fa2.e0-paper``
+    for ``teacher-resnet18-paper+flowers_3fa2.e0`` (the profile last, as the students' ids end with it)."""
+    head, plus, extra = run.id.removeprefix("teacher-").partition("+")
+    profile = run.config.get("profile")
+    if plus and profile and head.endswith(f"-{profile}"):
+        return f"{head.removesuffix(f'-{profile}')}+{extra}-{profile}"
+    return run.id.removeprefix("teacher-")
+
+
+def _run(req: RunRequest, arch: str, model: str | None = None, checkpoint: str | None = None) -> Run:
+    # --epochs / --batch-size are the shared budget overrides (workbench.pipelines.Overrides): req.budget has them
+    cfg = req.budget.config(arch)
     return train_teacher(arch, req.profile.name, force=req.force, device=req.device, data=req.data, model_name=model,
-                         epochs=epochs, batch_size=batch_size, checkpoint=checkpoint, log=req.log)
+                         epochs=cfg.epochs, batch_size=cfg.batch_size, checkpoint=checkpoint, log=req.log)
 
 
 register_method(Method(
@@ -365,10 +417,8 @@ register_method(Method(
     options=(Option("arch", "model family: the demo teacher, or under --profile paper DeiT-S / Swin-T / ResNet-50",
                     choices=tuple(DEMO_TEACHERS), required=True),
              Option("model", "another timm name, or deit-t, deit-s, deit-b, swin-t, swin-b, resnet50"),
-             Option("checkpoint", "pretrained weights to start from (.safetensors, .pt, .pth)"),
-             Option("epochs", "override the profile's epoch count (0 with --checkpoint: record the weights as the "
-                    "teacher)", type=int),
-             Option("batch_size", "override the batch size (paper: lr = 5e-4 x batch / 512)", type=int)),
+             Option("checkpoint", "pretrained weights to start from (.safetensors, .pt, .pth); with --epochs 0 they "
+                    "are recorded as the teacher, untrained")),
     examples=("workbench train teacher --arch vit", "workbench train teacher --arch swin --profile smoke --force",
               "workbench train teacher --arch vit --profile paper --data ~/imagenet --checkpoint deit_s.safetensors "
               "--epochs 0"),
