@@ -248,8 +248,12 @@ def test_mixup_and_repeated_augmentation_resume_exactly(tmp_path):
     assert _strip(h2) == _strip(h_full)
     for k, v in full.state_dict().items():
         assert torch.equal(v, resumed.state_dict()[k]), k
+    # a set smaller than one batch (a trial on a few images) trains on one even batch of all of it
+    seen.clear()
+    fit(timm.create_model("vit_demo"), DemoDataset("train", limit=15), None, replace(CFG, epochs=1), **opts)
+    assert [s[0] for s in seen] == [14]
     with pytest.raises(ValueError, match="fewer than one batch"):
-        fit(timm.create_model("vit_demo"), DemoDataset("train", limit=16), None, CFG, **opts)
+        fit(timm.create_model("vit_demo"), DemoDataset("train", limit=1), None, CFG, **opts)
 
 
 def test_paper_profile_trains_the_papers_backbone(tmp_path):
