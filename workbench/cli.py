@@ -329,6 +329,23 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def _figures_setup(args) -> None:
+    """--data and the budget overrides, for this process's contexts and the spawned workers' (their environment)."""
+    import os
+
+    from workbench.figures.context import DATA_ENV, OVERRIDES_ENV
+
+    if args.profile == "paper" and args.data is None:
+        raise ValueError("figures on the paper profile draw from your runs and data: pass --data ROOT (the ImageFolder "
+                         "your teacher runs were recorded or trained on)")
+    overrides = _overrides(args)
+    for name, value in ((DATA_ENV, args.data), (OVERRIDES_ENV, json.dumps(overrides.to_dict()) if overrides else None)):
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def cmd_figures(args) -> int:
     import time
 
@@ -350,6 +367,7 @@ def cmd_figures(args) -> int:
     if not args.all and not args.ids:
         raise ValueError("name figure ids, or pass --all or --list")
     specs = list(F.load_all().values()) if args.all else F.get(args.ids)
+    _figures_setup(args)
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     t0 = time.perf_counter()

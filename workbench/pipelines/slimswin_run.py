@@ -126,7 +126,7 @@ def prune_and_finetune(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, rec
 
 def _prune_and_finetune(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, recipe: SlimSwinRecipe, profile: str,
                         data: str | None, device: str, start_from: Run | None, log: Callable[[str], None]) -> dict:
-    from workbench.pipelines.teacher import datasets
+    from workbench.pipelines.teacher import datasets, eval_transform
 
     dev = resolve_device(device)
     init_distributed()  # a no-op unless launched by torchrun
@@ -141,7 +141,7 @@ def _prune_and_finetune(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, re
     model.to(dev)
     pc = ref_model.pretrained_cfg
     size, mean, std = tuple(pc["input_size"]), pc.get("mean"), pc.get("std")
-    train_set, val_set = datasets(profile, data, size, mean, std)
+    train_set, val_set = datasets(profile, data, size, mean, std, eval_transform=eval_transform(pc))  # as the teacher run
     plain_train = _saliency_set(train_set, data, size, mean, std)
     val_loader = DataLoader(val_set, batch_size=256)
     layers = prunable_layers(model, cfg.exclude)

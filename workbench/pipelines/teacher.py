@@ -149,6 +149,14 @@ def datasets(profile: str, data: str | None = None, input_size=(1, 28, 28), mean
             image_folder(root / "val", is_training=False, **kw, **(eval_transform or {})))
 
 
+def eval_transform(pretrained_cfg: dict | None) -> dict:
+    """The held-out transform options of a model (its ``crop_pct`` and ``interpolation``) for :func:`datasets`: every
+    pipeline evaluates a model on the same pixels as its teacher run did (timm's defaults, 0.875 bilinear, would crop
+    a Swin-T's images differently from its own 0.9 bicubic and change the teacher's accuracy from one report to the next)."""
+    pc = pretrained_cfg or {}
+    return {k: pc[k] for k in ("crop_pct", "interpolation") if pc.get(k) is not None}
+
+
 def teacher_run_id(arch: str, profile: str, model_name: str | None = None, *, data: str | None = None,
                    init_sha256: str | None = None) -> str:
     """``teacher-swin-demo`` for the demo profiles' own model of ``arch``, else ``teacher-<timm name>-<profile>``
@@ -286,7 +294,7 @@ def train_teacher(
         if channels_last:
             model = model.to(memory_format=torch.channels_last)  # the convolutions' weights; activations follow
         pc = model.pretrained_cfg
-        eval_tf = {k: pc[k] for k in ("crop_pct", "interpolation") if pc.get(k) is not None}
+        eval_tf = eval_transform(pc)
         train_set, val_set = datasets(profile, data, tuple(pc["input_size"]), pc.get("mean"), pc.get("std"),
                                       augment=augment, eval_transform=eval_tf)
         options = {}
