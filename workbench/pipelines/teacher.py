@@ -198,17 +198,35 @@ def _classes(data: str) -> list[str]:
     return list(train)
 
 
-def _load_pretrained(model, checkpoint: str, log: Callable[[str], None]) -> None:
-    """Load a checkpoint; a classifier of another class count is left freshly initialised (and said so)."""
+def _load_pretrained(model, checkpoint: str, log: Callable[[str], None], *, trains: bool = True) -> None:
+    """Load a checkpoint; a classifier of another class count is left freshly initialised (and said so), and so is a
+    first convolution of another shape when the model will be trained (``trains``): ImageNet ResNet-50 weights in
+    ``resnet50_cifar``, whose 3×3 stride-1 CIFAR stem replaces the 7×7 one (AttentionLite's paper teacher).
+
+    Raises:
+        ValueError: a new stem on a teacher recorded untrained (``--epochs 0``), naming the fix.
+    """
     state = read_state_dict(checkpoint)
     own = model.state_dict()
-    head = model.pretrained_cfg.get("classifier") or ()
+    pc = model.pretrained_cfg
+    head = pc.get("classifier") or tuple(n for n in ("head", "fc", "classifier") if hasattr(model, n))
     head = (head,) if isinstance(head, str) else tuple(head)
+    stem = pc.get("first_conv") or ()
+    stem = (stem,) if isinstance(stem, str) else tuple(stem)
     mismatched = [k for k in state if k in own and state[k].shape != own[k].shape]
-    if mismatched and all(k.startswith(tuple(f"{h}." for h in head)) for k in mismatched):
-        state = {k: v for k, v in state.items() if not k.startswith(tuple(f"{h}." for h in head))}
-        state.update({k: v for k, v in own.items() if k.startswith(tuple(f"{h}." for h in head))})
-        log(f"checkpoint classifier ({', '.join(mismatched)}) has another number of classes: re-initialised")
+    for part, names in (("classifier", head), ("stem", stem)):
+        prefixes = tuple(f"{n}." for n in names)
+        hit = [k for k in mismatched if k.startswith(prefixes)]
+        if not hit:
+            continue
+        if part == "stem" and not trains:
+            raise ValueError(f"checkpoint {checkpoint!r} has another first convolution ({', '.join(hit)}: "
+                             f"{tuple(state[hit[0]].shape)} vs {tuple(own[hit[0]].shape)}); a new stem must be trained: "
+                             "pass --epochs N (N > 0) to fine-tune it on your data")
+        state = {k: v for k, v in state.items() if not k.startswith(prefixes)}
+        state.update({k: v for k, v in own.items() if k.startswith(prefixes)})
+        log(f"checkpoint {part} ({', '.join(hit)}) has another shape: re-initialised"
+            + (" (another number of classes)" if part == "classifier" else "; the fine-tune trains it"))
     load_weights(model, state, what=f"checkpoint {checkpoint!r}")
 
 
@@ -290,7 +308,7 @@ def train_teacher(
         torch.manual_seed(cfg.seed)  # the initialisation: the same whatever ran before in this process
         model = create_model(name, **model_kwargs)
         if checkpoint is not None:
-            _load_pretrained(model, str(Path(checkpoint).expanduser()), log)
+            _load_pretrained(model, str(Path(checkpoint).expanduser()), log, trains=cfg.epochs > 0)
         if channels_last:
             model = model.to(memory_format=torch.channels_last)  # the convolutions' weights; activations follow
         pc = model.pretrained_cfg
