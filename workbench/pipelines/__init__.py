@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from workbench.runs import Run
 
 __all__ = ["Option", "Method", "RunRequest", "METHODS", "register_method", "get_method", "budget", "run_method",
-           "load_all", "Overrides", "Knob", "budget_knobs", "apply_overrides", "parse_override", "active_images",
+           "load_all", "Overrides", "active_overrides", "Knob", "budget_knobs", "apply_overrides", "parse_override", "active_images",
            "plan_lines", "data_tag", "user_data", "user_images"]
 
 
@@ -352,6 +352,12 @@ def apply_overrides(budget: Any, overrides: Overrides, *, phases: tuple[str, ...
 
 #: (method name, overrides, images) of the run in progress (set by :func:`run_method`).
 _SCOPE: contextvars.ContextVar[tuple[str, Overrides] | None] = contextvars.ContextVar("workbench_budget", default=None)
+
+
+def active_overrides() -> Overrides | None:
+    """The overrides of the run in progress (None outside :func:`run_method`)."""
+    scope = _SCOPE.get()
+    return scope[1] if scope is not None else None
 
 
 def active_images() -> int | None:

@@ -30,7 +30,17 @@ from methods.teachers import DEMO_TEACHERS
 from methods.train import TrainConfig, fit, mixup_cutmix, repeated_augmentation, soft_target_cross_entropy
 from workbench.data import DemoDataset, image_folder, scan_image_folder
 from workbench.models import create_model, load_weights, read_state_dict
-from workbench.pipelines import Method, Option, RunRequest, active_images, budget, data_tag, register_method
+from workbench.pipelines import (
+    Method,
+    Option,
+    RunRequest,
+    active_images,
+    active_overrides,
+    budget,
+    data_tag,
+    get_method,
+    register_method,
+)
 from workbench.profiles import get_profile
 from workbench.runs import Run, RunError, ensure_run, list_runs, open_run, runs_root, sha256_file
 
@@ -171,10 +181,10 @@ def teacher_run_id(arch: str, profile: str, model_name: str | None = None, *, da
 
 
 def find_teachers(arch: str, profile: str, data: str | None) -> list[Run]:
-    """Complete teacher runs of ``arch`` (recorded in the manifest, or the profile's model of it) on ``data``,
-    newest first: the paper profile's teachers, recorded or trained by the user."""
+    """Complete teacher runs of ``arch`` (recorded in the manifest, or the profile's model of it) on ``data`` (None:
+    any), newest first: the paper profile's teachers, recorded or trained by the user."""
     default = budget("teacher", profile).model(arch)
-    want = str(Path(data).expanduser().resolve()) if data is not None else "demo"
+    want = str(Path(data).expanduser().resolve()) if data is not None else None  # None: on any data
     found = []
     for run in list_runs():
         try:
@@ -182,7 +192,7 @@ def find_teachers(arch: str, profile: str, data: str | None) -> list[Run]:
         except RunError:
             continue
         if (c.get("method") == "teacher" and c.get("profile") == profile and m.get("status") == "complete"
-                and c.get("data") == want and (m.get("arch") == arch or c.get("model_name") == default)):
+                and want in (None, c.get("data")) and (m.get("arch") == arch or c.get("model_name") == default)):
             found.append(run)
     return sorted(found, key=lambda r: r.manifest.get("completed", ""), reverse=True)
 
@@ -334,8 +344,13 @@ def train_teacher(
         run.update_manifest(arch=arch)  # find_teachers looks teachers up by arch
         return body(run)
 
-    return ensure_run(teacher_run_id(arch, profile, name, data=data, init_sha256=sha), config, recorded, force=force,
-                      log=log)
+    rid = teacher_run_id(arch, profile, name, data=data, init_sha256=sha)
+    if active_overrides() is None:  # called from Python with epochs / batch_size: they name the run as the CLI's do
+        base = get_method("teacher").budgets[profile].config(arch)
+        tokens = [f"e{cfg.epochs}"] * (cfg.epochs != base.epochs) + [f"b{cfg.batch_size}"] * (cfg.batch_size != base.batch_size)
+        if tokens:
+            rid += ("." if "+" in rid else "+") + ".".join(tokens)
+    return ensure_run(rid, config, recorded, force=force, log=log)
 
 
 def _record_checkpoint(run: Run, model, val_set: Dataset, cfg: TrainConfig, train_images: int) -> dict:
