@@ -131,7 +131,7 @@ def test_paper_profile_end_to_end(paper, capsys, tmp_path):
 
     # an analysis of each student, on the user's val/ images
     kinds = {"far": "dependency", "sparsifiner": "sparse-attention", "nondeep": "collapse-error",
-             "attentionlite": "at-maps", "slimswin": "window-attention"}
+             "attentionlite": "at-maps", "slimswin": "window-saliency"}
     for method, kind in kinds.items():
         model = students[method].id
         if method == "nondeep":

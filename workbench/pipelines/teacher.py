@@ -341,7 +341,8 @@ def train_teacher(
                 "train_images": len(train_set), "val_images": len(val_set)}
 
     def recorded(run: Run) -> dict:
-        run.update_manifest(arch=arch)  # find_teachers looks teachers up by arch
+        if int(os.environ.get("RANK", "0")) == 0:  # under torchrun rank 0 keeps the record
+            run.update_manifest(arch=arch)  # find_teachers looks teachers up by arch
         return body(run)
 
     rid = teacher_run_id(arch, profile, name, data=data, init_sha256=sha)
