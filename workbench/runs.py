@@ -236,7 +236,14 @@ def ensure_run(
     run_dir = runs_root() / run_id
     config_sha = hashlib.sha256(_canonical(config).encode()).hexdigest()
     if int(os.environ.get("RANK", "0")) > 0:
-        # Under torchrun only rank 0 keeps the record; other ranks just train (fit syncs them).
+        # Under torchrun only rank 0 keeps the record; other ranks just train (fit syncs them) - except where rank 0
+        # reuses a complete run, which every rank then reuses (one rank training alone would wait for the others).
+        if (run_dir / "manifest.json").exists():
+            done = Run(run_dir)
+            with contextlib.suppress(RunError):
+                if done.status == "complete" and (done.manifest.get("config_sha256") == config_sha or
+                                                  same_result_config(done.config, config)) and not force:
+                    return done
         run_dir.mkdir(parents=True, exist_ok=True)
         body(Run(run_dir))
         return Run(run_dir)

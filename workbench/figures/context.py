@@ -46,18 +46,18 @@ class Context:
         self.device = device
         self.force = force
         self.log = log
-        self.data = data or os.environ.get(DATA_ENV) or None  # the user's ImageFolder root (None: the demo set)
+        self.data_root = data or os.environ.get(DATA_ENV) or None  # the user's ImageFolder root (None: the demo set)
         if overrides is None and os.environ.get(OVERRIDES_ENV):
             raw = json.loads(os.environ[OVERRIDES_ENV])
             overrides = Overrides(**{k: tuple(tuple(p) for p in v) if isinstance(v, list) else v for k, v in raw.items()})
         self.overrides = overrides or Overrides()  # budget overrides of every method run
         where = self.profile.name
-        if self.data is not None:
-            self.data = str(Path(self.data).expanduser().resolve())
-            where += f"+{data_tag(self.data)}"
+        if self.data_root is not None:
+            self.data_root = str(Path(self.data_root).expanduser().resolve())
+            where += f"+{data_tag(self.data_root)}"
             if self.profile.name == "paper":
-                self.profile = dataclasses.replace(self.profile,
-                                                   analysis_images=user_images(self.profile.analysis_images, self.data))
+                self.profile = dataclasses.replace(
+                    self.profile, analysis_images=user_images(self.profile.analysis_images, self.data_root))
         if self.overrides:
             where += ("." if "+" in where else "+") + self.overrides.tag()
         self.store_dir = home() / "stores" / where
@@ -73,7 +73,7 @@ class Context:
             from workbench.pipelines.teacher import resolve_teacher
             from workbench.runs import open_run
 
-            ref = resolve_teacher(arch, "paper", default_arch=arch, family=arch, data=self.data, log=self.log)
+            ref = resolve_teacher(arch, "paper", default_arch=arch, family=arch, data=self.data_root, log=self.log)
             return self.use_run(open_run(ref.run))
         return self.run("teacher", arch=arch)
 
@@ -82,7 +82,7 @@ class Context:
         context's data with its budget overrides."""
         from workbench.pipelines import run_method
 
-        return self.use_run(run_method(method, teacher, self.profile.name, device=self.device, data=self.data,
+        return self.use_run(run_method(method, teacher, self.profile.name, device=self.device, data=self.data_root,
                                        overrides=self.overrides, strict=False, log=self.log, **options))
 
     def use_run(self, run):
@@ -146,7 +146,7 @@ class Context:
 
         self._used.append([])
         try:
-            with user_data(self.data if self.profile.name == "paper" else None):  # budgets read the user's val/
+            with user_data(self.data_root if self.profile.name == "paper" else None):  # budgets read the user's val/
                 ds = DATA[id].make(self)
         finally:
             used = self._used.pop()

@@ -219,8 +219,11 @@ def _load_pretrained(model, checkpoint: str, log: Callable[[str], None], *, trai
     state = read_state_dict(checkpoint)
     own = model.state_dict()
     pc = model.pretrained_cfg
-    head = pc.get("classifier") or tuple(n for n in ("head", "fc", "classifier") if hasattr(model, n))
+    head = pc.get("classifier") or ()
     head = (head,) if isinstance(head, str) else tuple(head)
+    if hasattr(model, "get_classifier"):  # the module itself (a pretrained_cfg may name another, e.g. the demo CNN's)
+        cls = model.get_classifier()
+        head += tuple(n for n, mod in model.named_modules() if n and mod is cls)
     stem = pc.get("first_conv") or ()
     stem = (stem,) if isinstance(stem, str) else tuple(stem)
     mismatched = [k for k in state if k in own and state[k].shape != own[k].shape]
