@@ -347,6 +347,22 @@ def _figures_setup(args) -> None:
 
 
 def cmd_figures(args) -> int:
+    import os
+
+    from workbench.figures.context import DATA_ENV, OVERRIDES_ENV
+
+    saved = {k: os.environ.get(k) for k in (DATA_ENV, OVERRIDES_ENV)}
+    try:
+        return _figures(args)
+    finally:  # the figures' --data and overrides end with the command (tests and notebooks call main in-process)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _figures(args) -> int:
     import time
 
     from rich.console import Console
