@@ -366,7 +366,9 @@ def fit(
         if restored is not None:
             start, num_updates, history = restored
     scheduler.step_update(num_updates)
-    train_model = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    # find_unused_parameters: a phase may train parameters that some steps leave without a gradient (Sparsifiner's
+    # phase 1 trains the predictor on Eq. 10, which does not reach every predictor parameter); DDP would stop there.
+    train_model = nn.parallel.DistributedDataParallel(model, find_unused_parameters=True) if world > 1 else model
     pin = device.type == "cuda"  # pinned host memory: asynchronous copies to the GPU
     val_loader = None
     if val_set is not None:

@@ -120,8 +120,7 @@ def test_paper_profile_end_to_end(paper, capsys, tmp_path):
         run = open_run(run_dir(out))
         students[method] = run
         assert run.status == "complete"
-        assert run.id.endswith("-paper+" + ("s1.s1.b8.n12" if method == "nondeep" else "e1.b8.n12")) or \
-            "-paper+" in run.id, run.id
+        assert run.id.endswith("+" + ("warmup-s1.adjust-s1.b8.n12" if method == "nondeep" else "e1.b8.n12")), run.id
         assert run.config["data"] == str(data.resolve())
         if method != "nondeep":
             assert epochs_in(run.config) and max(epochs_in(run.config)) <= 1, (method, epochs_in(run.config))
@@ -217,3 +216,32 @@ def test_torchrun_two_processes_teacher_and_method(paper, tmp_path):
     lines = [line for line in res.stdout.splitlines() if line.startswith("run: ")]
     assert len(lines) == 1, res.stdout
     assert json.loads((Path(lines[0].removeprefix("run: ")) / "manifest.json").read_text())["status"] == "complete"
+
+
+def test_attentionlite_paper_teacher_from_imagenet_resnet50_weights(paper, capsys):
+    """resnet50_cifar (AttentionLite's paper teacher) from ImageNet-stem ResNet-50 weights: every layer loads but the
+    7×7 stem, which a fine-tune trains; recording it untrained (--epochs 0) is refused with the fix."""
+    import timm
+    import torch
+    from safetensors.torch import save_file
+
+    from workbench.models import load_model
+
+    data, _, home = paper
+    torch.manual_seed(0)
+    imagenet = timm.create_model("resnet50").state_dict()  # stands in for downloaded ImageNet weights
+    path = home.parent / "resnet50.safetensors"
+    save_file({k: v.contiguous() for k, v in imagenet.items()}, str(path))
+    cmd = ["train", "teacher", "--arch", "cnn", "--model", "resnet50_cifar", "--checkpoint", path, "--profile", "paper",
+           "--data", data, "--device", "cpu"]
+    rc, out, err = cli(capsys, *cmd, "--epochs", "0")
+    assert rc == 2 and "a new stem must be trained: pass --epochs N" in err
+    rc, out, err = cli(capsys, *cmd, "--epochs", "1", "--images", "6", "--batch-size", "6")
+    assert rc == 0, err
+    assert "stem (conv1.weight) has another shape: re-initialised" in out
+    state = load_model(str(run_dir(out))).model.state_dict()
+    assert state["conv1.weight"].shape == (64, 3, 3, 3) and state["fc.weight"].shape == (3, 2048)
+    # the residual stages came from the checkpoint (one fine-tune step at lr ~6e-6 moves them far less than 1e-2)
+    assert torch.allclose(state["layer1.0.conv1.weight"], imagenet["layer1.0.conv1.weight"], atol=1e-2)
+    fresh = timm.create_model("resnet50").state_dict()  # another random draw: far from the checkpoint at that tolerance
+    assert not torch.allclose(fresh["layer1.0.conv1.weight"], imagenet["layer1.0.conv1.weight"], atol=1e-2)
