@@ -366,9 +366,10 @@ def fit(
         if restored is not None:
             start, num_updates, history = restored
     scheduler.step_update(num_updates)
-    # find_unused_parameters: a phase may train parameters that some steps leave without a gradient (Sparsifiner's
-    # phase 1 trains the predictor on Eq. 10, which does not reach every predictor parameter); DDP would stop there.
-    train_model = nn.parallel.DistributedDataParallel(model, find_unused_parameters=True) if world > 1 else model
+    # static_graph: a loss may use parameters outside the forward or leave some without a gradient (Sparsifiner's losses
+    # add a term on the predictor's W_up itself); every training loop here runs the same graph each step, which is
+    # what DDP's static-graph mode needs to handle both.
+    train_model = nn.parallel.DistributedDataParallel(model, static_graph=True) if world > 1 else model
     pin = device.type == "cuda"  # pinned host memory: asynchronous copies to the GPU
     val_loader = None
     if val_set is not None:

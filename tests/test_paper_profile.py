@@ -68,9 +68,10 @@ def run_dir(out: str) -> Path:
 
 
 def epochs_in(config) -> list[int]:
-    """Every ``epochs`` value of a run's config, at any depth."""
+    """Every ``epochs`` / ``<phase>_epochs`` value of a run's config, at any depth."""
     if isinstance(config, dict):
-        return [v for k, v in config.items() if k == "epochs" and isinstance(v, int)] + \
+        return [v for k, v in config.items() if (k == "epochs" or k.endswith("_epochs") and k != "warmup_epochs")
+                and isinstance(v, int)] + \
             [e for v in config.values() for e in epochs_in(v)]
     if isinstance(config, list):
         return [e for v in config for e in epochs_in(v)]
