@@ -212,12 +212,15 @@ def test_torchrun_two_processes_teacher_and_method(paper, tmp_path):
     teacher = Path(lines[0].removeprefix("run: "))
     manifest = json.loads((teacher / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["results"]["train_images"] == 18
+    acc = manifest["results"]["val_acc"]  # each of the 9 held-out images counted once over the two ranks
+    assert abs(acc * 9 - round(acc * 9)) < 1e-9, acc
     res = _torchrun("run", "sparsifiner", "--teacher", str(teacher), "--keep-rate", "0.25", "--epochs", "1",
                     "--batch-size", "8", *where, home=home)
     assert res.returncode == 0, res.stderr[-3000:]
     lines = [line for line in res.stdout.splitlines() if line.startswith("run: ")]
     assert len(lines) == 1, res.stdout
-    assert json.loads((Path(lines[0].removeprefix("run: ")) / "manifest.json").read_text())["status"] == "complete"
+    student = json.loads((Path(lines[0].removeprefix("run: ")) / "manifest.json").read_text())
+    assert student["status"] == "complete" and abs(student["results"]["val_acc"] * 9 - round(student["results"]["val_acc"] * 9)) < 1e-9
 
 
 def test_attentionlite_paper_teacher_from_imagenet_resnet50_weights(paper, capsys):
