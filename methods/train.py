@@ -308,7 +308,8 @@ def fit(
         params: parameters to optimise (default: those with ``requires_grad``).
         stop_after: stop after this many epochs of this call (to simulate an interruption).
         batch_transform: applied to every training batch on the device, before ``loss_fn`` (e.g.
-            :func:`mixup_cutmix`); the last incomplete batch of an epoch is then dropped.
+            :func:`mixup_cutmix`); the last incomplete batch of an epoch is then dropped (a set smaller than one
+            batch trains on one even batch of all its samples).
         sampler: builds the training sampler from ``(train_set, world_size, rank)`` instead of a plain
             shuffle (or ``DistributedSampler`` under DDP), e.g. :func:`repeated_augmentation`.
 
@@ -340,12 +341,21 @@ def fit(
         train_sampler = DistributedSampler(train_set, world, rank, shuffle=True, seed=cfg.seed, drop_last=True)
     else:
         train_sampler = None  # a plain shuffle, seeded per epoch
-    drop_last = world > 1 or batch_transform is not None  # DDP: equal steps on every rank; mixup: even batches
+    # Mixup needs even batches: the last incomplete one is dropped. Under DDP the samplers already give every rank
+    # the same number of samples, so every rank takes the same number of steps with a partial last batch too.
+    drop_last = batch_transform is not None
     per_epoch = len(train_sampler) if train_sampler is not None else len(train_set)  # samples of this rank
+    if drop_last and 0 < per_epoch < per_rank:
+        # a set smaller than one batch (a trial on a few images): one batch of all of them (even, for mixup)
+        fitted = per_epoch - per_epoch % 2
+        if fitted > 0 and rank == 0:
+            print(f"note: {per_epoch} training samples per epoch and rank are fewer than a batch of {per_rank}: "
+                  f"training on batches of {fitted} (set --batch-size to choose)", flush=True)
+        per_rank = max(fitted, 1)
     updates_per_epoch = per_epoch // per_rank if drop_last else math.ceil(per_epoch / per_rank)
-    if updates_per_epoch == 0:
+    if updates_per_epoch == 0 or (drop_last and per_rank < 2):
         raise ValueError(f"the training set gives {per_epoch} samples per epoch and rank, fewer than one batch of "
-                         f"{per_rank}; lower the batch size")
+                         f"{per_rank}{' (mixup needs 2)' if drop_last else ''}; give more images or lower --batch-size")
     scheduler, _ = create_scheduler_v2(
         optimizer, sched=cfg.sched, num_epochs=cfg.epochs, warmup_epochs=cfg.warmup_epochs,
         warmup_lr=cfg.warmup_lr, min_lr=cfg.min_lr, step_on_epochs=False, updates_per_epoch=max(1, updates_per_epoch),
@@ -356,11 +366,16 @@ def fit(
         if restored is not None:
             start, num_updates, history = restored
     scheduler.step_update(num_updates)
-    train_model = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    # static_graph: a loss may use parameters outside the forward or leave some without a gradient (Sparsifiner's losses
+    # add a term on the predictor's W_up itself); every training loop here runs the same graph each step, which is
+    # what DDP's static-graph mode needs to handle both.
+    train_model = nn.parallel.DistributedDataParallel(model, static_graph=True) if world > 1 else model
     pin = device.type == "cuda"  # pinned host memory: asynchronous copies to the GPU
     val_loader = None
     if val_set is not None:
-        val_sampler = DistributedSampler(val_set, world, rank, shuffle=False) if world > 1 else None
+        # each rank its own share, unpadded (DistributedSampler repeats images to even the shares out, which counts
+        # them twice: 9 images on 2 ranks were scored as 10); evaluate all-reduces the sums once, at the end
+        val_sampler = list(range(rank, len(val_set), world)) if world > 1 else None
         val_loader = DataLoader(val_set, batch_size=256, sampler=val_sampler, num_workers=cfg.num_workers,
                                 pin_memory=pin)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.amp and device.type == "cuda")
@@ -412,7 +427,7 @@ def fit(
         for hook in hooks:
             metrics.update(hook.on_epoch_end(unwrap(train_model), optimizer, epoch) or {})
         if val_loader is not None and ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs):
-            metrics.update(evaluate(train_model, val_loader, device))
+            metrics.update(evaluate(model, val_loader, device))  # the bare model: no collective per batch
         metrics["epoch_time_s"] = time.perf_counter() - t0
         history.append(metrics)
         if rank == 0 and ckpt_dir is not None:

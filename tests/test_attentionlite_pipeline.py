@@ -120,7 +120,7 @@ def test_interrupted_run_resumes_to_the_same_weights(irregular, teacher, tmp_pat
     monkeypatch.setattr(body, "fit", interrupting_fit)
     with pytest.raises(Interrupted):
         _run(teacher, density=0.25, pruning="irregular", at=True)
-    assert open_run(irregular.id).status == "running"
+    assert open_run(irregular.id).status == "failed"  # an exception: marked failed; the same call resumes it
     resumed = _run(teacher, density=0.25, pruning="irregular", at=True)
     assert resumed.status == "complete" and len(calls) == 2
     assert [m["epoch"] for m in resumed.metrics()] == [0, 1]

@@ -107,7 +107,7 @@ def test_resume_after_interruption(far_runs, tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "fit", interrupting_fit)
     with pytest.raises(KeyboardInterrupt):
         run_method("far", teacher.id, "smoke", **QUIET)
-    assert open_run(far.id).status == "running"
+    assert open_run(far.id).status == "interrupted"
     with pytest.raises(KeyboardInterrupt):
         run_method("far", teacher.id, "smoke", **QUIET)  # FAR resumes and completes; pruning stops after the masks
     assert open_run(far.id).status == "complete" and (runs_root() / pruned.id / "masks.safetensors").exists()

@@ -100,7 +100,7 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(teacher, tmp_pat
     with pytest.raises(KeyboardInterrupt):
         run(teacher, branches=2, epochs=2)
     src = runs_root() / full.config["source_run"]
-    assert open_run(src).status == "running" and not (runs_root() / full.id).exists()
+    assert open_run(src).status == "interrupted" and not (runs_root() / full.id).exists()
     again = run(teacher, branches=2, epochs=2)
     assert again.status == "complete" and calls == ["join", "join"]
     assert [m["epoch"] for m in open_run(src).metrics()] == [0, 1]

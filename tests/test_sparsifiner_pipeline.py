@@ -115,7 +115,7 @@ def test_resume_after_interruption(runs, tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         pipeline.run_sparsifiner(teacher.id, 0.25, "smoke", **QUIET)
     assert open_run("sparsifiner_phase1-vit-smoke").status == "complete"
-    assert open_run(reference.id).status == "running"
+    assert open_run(reference.id).status == "interrupted"
     again = pipeline.run_sparsifiner(teacher.id, 0.25, "smoke", **QUIET)
     assert again.status == "complete" and calls == ["phase1", "phase2", "phase2"]  # phase 1 was not redone
     got, want = read_state_dict(again.checkpoint), read_state_dict(reference.checkpoint)

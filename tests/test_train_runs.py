@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 import methods.teachers  # noqa: F401
 from methods.train import TrainConfig, TrainHook, fit
 from workbench.data import DemoDataset
-from workbench.runs import RunError, ensure_run, open_run
+from workbench.runs import RunError, ensure_run, open_run, sha256_file
 
 pytestmark = pytest.mark.integration
 
@@ -85,13 +85,13 @@ def test_run_reuse_resume_and_conflict():
     ensure_run("unit-run", {**cfg, "lr": 2}, body, force=True, log=lambda *_: None)
     assert len(calls) == 2 and open_run("unit-run").config["lr"] == 2
 
-    # An interrupted run (status "running") resumes: body is called again on the same directory.
+    # An interrupted run resumes: body is called again on the same directory.
     def crash(run):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         ensure_run("unit-crash", cfg, crash, log=lambda *_: None)
-    assert open_run("unit-crash").status == "running"
+    assert open_run("unit-crash").status == "interrupted"
     ensure_run("unit-crash", cfg, body, log=lambda *_: None)
     assert open_run("unit-crash").status == "complete"
 
@@ -135,6 +135,42 @@ def test_a_run_in_use_by_another_process_waits_for_it(tmp_path):
         assert run.manifest["results"] == {"x": 1}  # the holder's run, reused (not run again)
     finally:
         holder.wait(timeout=60)
+def test_failed_runs_are_retried_or_replaced_and_force_spares_what_was_built_on_them():
+    """A failed run is marked failed (with its error); the same config resumes it in place, another config replaces it
+    (nothing can be built on an unfinished run); --force refuses a run whose id other methods' configs name."""
+    seen = []
+
+    def fail(run):
+        (run.dir / "partial").write_text("epoch 1 of 3")
+        raise RuntimeError("out of memory (simulated)")
+
+    def body(run):
+        seen.append(sorted(p.name for p in run.dir.iterdir()))
+        (run.dir / "model.safetensors").write_bytes(b"x")
+        return {"val_acc": 0.5}
+
+    quiet = lambda *_: None  # noqa: E731
+    cfg = {"method": "teacher", "model_name": "vit_demo", "profile": "smoke", "lr": 1}
+    with pytest.raises(RuntimeError, match="out of memory"):
+        ensure_run("unit-fail", cfg, fail, log=quiet)
+    run = open_run("unit-fail")
+    assert run.status == "failed" and "out of memory" in run.manifest["error"]
+    lines = []
+    ensure_run("unit-fail", cfg, body, log=lines.append)  # the same command: resumed where it stopped
+    assert "partial" in seen[-1] and any("resuming failed run unit-fail" in line for line in lines)
+    assert open_run("unit-fail").status == "complete"
+
+    with pytest.raises(RuntimeError):
+        ensure_run("unit-fail2", cfg, fail, log=quiet)
+    ensure_run("unit-fail2", {**cfg, "lr": 2}, body, log=lines.append)  # another config: a fresh run, not a clash
+    assert "partial" not in seen[-1] and open_run("unit-fail2").config["lr"] == 2
+
+    student = {"method": "far", "teacher": {"run": "unit-fail", "model_name": "vit_demo"}}
+    ensure_run("unit-student", student, body, log=quiet)
+    with pytest.raises(RunError, match="unit-student"):
+        ensure_run("unit-fail", {**cfg, "lr": 3}, body, force=True, log=quiet)
+    assert open_run("unit-fail").config["lr"] == 1  # untouched
+    ensure_run("unit-student", student, body, force=True, log=quiet)  # nothing is built on the student: allowed
 
 
 def test_teacher_run_end_to_end(smoke_teacher):
@@ -289,8 +325,12 @@ def test_mixup_and_repeated_augmentation_resume_exactly(tmp_path):
     assert _strip(h2) == _strip(h_full)
     for k, v in full.state_dict().items():
         assert torch.equal(v, resumed.state_dict()[k]), k
+    # a set smaller than one batch (a trial on a few images) trains on one even batch of all of it
+    seen.clear()
+    fit(timm.create_model("vit_demo"), DemoDataset("train", limit=15), None, replace(CFG, epochs=1), **opts)
+    assert [s[0] for s in seen] == [14]
     with pytest.raises(ValueError, match="fewer than one batch"):
-        fit(timm.create_model("vit_demo"), DemoDataset("train", limit=16), None, CFG, **opts)
+        fit(timm.create_model("vit_demo"), DemoDataset("train", limit=1), None, CFG, **opts)
 
 
 def test_paper_profile_trains_the_papers_backbone(tmp_path):
@@ -304,7 +344,9 @@ def test_paper_profile_trains_the_papers_backbone(tmp_path):
     with pytest.raises(ValueError, match="--arch swin --profile paper --data ROOT"):
         resolve_teacher(None, "paper", default_arch="swin", family="Swin", log=quiet)  # no real teacher yet
     run = train_teacher("vit", "paper", data=str(root), epochs=1, batch_size=4, device="cpu", log=quiet)
-    assert run.id == "teacher-vit-paper" and run.config["model_name"] == "deit_small_patch16_224"
+    # the id names the model, the data (folder name, 4 hex digits of its path) and the shortened budget
+    assert run.id.startswith("teacher-deit_small_patch16_224-paper+data_") and run.id.endswith(".e1.b4"), run.id
+    assert run.config["model_name"] == "deit_small_patch16_224" and run.manifest["arch"] == "vit"
     assert run.config["model_kwargs"] == {"num_classes": 2}
     assert run.config["train"]["lr"] == pytest.approx(5e-4 * 4 / 512) and run.config["train"]["label_smoothing"] == 0.1
     assert run.config["augment"] == {"auto_augment": "rand-m9-mstd0.5-inc1", "re_prob": 0.25, "mixup": 0.8,
@@ -318,7 +360,8 @@ def test_paper_profile_trains_the_papers_backbone(tmp_path):
     assert not torch.equal(init["head.weight"], loaded.model.state_dict()["head.weight"])  # it trained
     assert len(run.metrics()) == 1 and 0 <= run.manifest["results"]["val_acc"] <= 1
     ref = resolve_teacher(None, "paper", default_arch="vit", family="ViT", log=quiet)
-    assert ref.run == "teacher-vit-paper" and ref.model_name == "deit_small_patch16_224"
+    assert ref.run == run.id and ref.model_name == "deit_small_patch16_224"
+    assert ref.tag.endswith(".e1.b4-paper")  # the profile last in the students' ids
     with pytest.raises(ValueError, match="would be downloaded"):
         create_model("deit_small_patch16_224", pretrained=True)
 
@@ -337,7 +380,8 @@ def test_paper_profile_records_a_pretrained_checkpoint(tmp_path):
     lines = []
     run = train_teacher("vit", "paper", data=str(root), model_name="deit-t", checkpoint=str(tmp_path / "deit_t.safetensors"),
                         epochs=0, device="cpu", log=lines.append)
-    assert run.id == "teacher-deit_tiny_patch16_224-paper" and run.manifest["results"]["epochs"] == 0
+    assert run.id.startswith("teacher-deit_tiny_patch16_224-paper+data_") and run.manifest["results"]["epochs"] == 0
+    assert run.id.endswith(f".ck{sha256_file(tmp_path / 'deit_t.safetensors')[:8]}.e0")
     assert any("re-initialised" in line for line in lines)
     state = load_model(run.id).model.state_dict()
     assert state["head.weight"].shape == (2, 192)

@@ -65,6 +65,37 @@ def _add_run_flags(p: argparse.ArgumentParser, force_help: str) -> None:
     p.add_argument("--force", action="store_true", help=force_help)
 
 
+def _add_budget_flags(p: argparse.ArgumentParser, own: Sequence[str] = ()) -> None:
+    """The budget overrides every run takes (``workbench.pipelines.Overrides``); a method's own option of the same
+    name (Non-deep ViT's --epochs) keeps its meaning."""
+    g = p.add_argument_group("budget overrides (a trial on a laptop before the real run; they name the run)")
+    if "epochs" not in own:
+        g.add_argument("--epochs", action="append", metavar="[PHASE=]N",
+                       help="training epochs of every phase, or of PHASE (repeat for more); the plan printed before "
+                            "the run names the phases")
+    if "steps" not in own:
+        g.add_argument("--steps", action="append", metavar="[NAME=]N",
+                       help="optimizer steps of step-counted phases (Non-deep ViT: warmup, adjust)")
+    if "batch_size" not in own:
+        g.add_argument("--batch-size", dest="batch_size", action="append", metavar="[PHASE=]N",
+                       help="global batch size of every phase, or of PHASE")
+    g.add_argument("--images", type=int, default=None, metavar="N", help="train on N images of the training set")
+
+
+def _overrides(args, own: Sequence[str] = ()):
+    from workbench.pipelines import Overrides, parse_override
+
+    return Overrides(**{k: parse_override(getattr(args, k, None), "--" + k.replace("_", "-"))
+                        for k in ("epochs", "steps", "batch_size") if k not in own},
+                     images=getattr(args, "images", None))
+
+
+def _is_rank0() -> bool:
+    import os
+
+    return int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 reports
+
+
 def _add_option(p: argparse.ArgumentParser, opt) -> None:
     if opt.switch:
         p.add_argument(opt.flag, dest=opt.name, action=argparse.BooleanOptionalAction, default=None,
@@ -135,6 +166,7 @@ def _train_flags(t: argparse.ArgumentParser) -> None:
     for opt in get_method("teacher").options:
         _add_option(t, opt)
     _add_run_flags(t, "retrain even if a complete run exists")
+    _add_budget_flags(t)
 
 
 def _analyze_flags(a: argparse.ArgumentParser) -> None:
@@ -193,6 +225,10 @@ def _figures_flags(f: argparse.ArgumentParser) -> None:
     f.add_argument("--force", action="store_true",
                    help="recompute analyses and figure data and redraw every figure (runs are reused)")
     f.add_argument("--pdf", action="store_true", help="also write every figure as a vector PDF (default: PNG only)")
+    f.add_argument("--data", default=None,
+                   help="ImageFolder root with train/ and val/ (--profile paper: the figures use your teacher runs on it, "
+                        "its val/ images, and the method runs of the same budget overrides)")
+    _add_budget_flags(f)
 
 
 def _run_flags(r: argparse.ArgumentParser, add: Callable[..., argparse.ArgumentParser]) -> None:
@@ -210,6 +246,7 @@ def _run_flags(r: argparse.ArgumentParser, add: Callable[..., argparse.ArgumentP
         for opt in entry.options:
             _add_option(mp, opt)
         _add_run_flags(mp, "redo the method's runs even if complete (the teacher is reused)")
+        _add_budget_flags(mp, [o.name for o in entry.options])
 
 
 def cmd_info(args) -> int:
@@ -254,6 +291,8 @@ def _method_options(args, entry) -> dict:
 
 
 def _print_run(run, entry) -> None:
+    if not _is_rank0():
+        return
     print(f"run: {run.dir}")
     if entry.report is not None:
         print(entry.report(run))
@@ -267,7 +306,7 @@ def cmd_train(args) -> int:
 
     entry = get_method("teacher")
     run = run_method("teacher", None, args.profile, device=args.device, data=args.data, force=args.force,
-                     **_method_options(args, entry))
+                     overrides=_overrides(args), **_method_options(args, entry))
     _print_run(run, entry)
     return 0
 
@@ -276,8 +315,9 @@ def cmd_run(args) -> int:
     from workbench.pipelines import get_method, run_method
 
     entry = get_method(args.method)
+    own = [o.name for o in entry.options]
     run = run_method(args.method, args.teacher, args.profile, teacher_checkpoint=args.checkpoint, device=args.device,
-                     data=args.data, force=args.force, **_method_options(args, entry))
+                     data=args.data, force=args.force, overrides=_overrides(args, own), **_method_options(args, entry))
     _print_run(run, entry)
     return 0
 
@@ -363,7 +403,41 @@ def cmd_reduce(args) -> int:
     return run(args)
 
 
+def _figures_setup(args) -> None:
+    """--data and the budget overrides, for this process's contexts and the spawned workers' (their environment)."""
+    import os
+
+    from workbench.figures.context import DATA_ENV, OVERRIDES_ENV
+    from workbench.profiles import get_profile
+
+    if get_profile(args.profile).is_paper and args.data is None:
+        raise ValueError("figures on the paper profile draw from your runs and data: pass --data ROOT (the ImageFolder "
+                         "your teacher runs were recorded or trained on)")
+    overrides = _overrides(args)
+    for name, value in ((DATA_ENV, args.data), (OVERRIDES_ENV, json.dumps(overrides.to_dict()) if overrides else None)):
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def cmd_figures(args) -> int:
+    import os
+
+    from workbench.figures.context import DATA_ENV, OVERRIDES_ENV
+
+    saved = {k: os.environ.get(k) for k in (DATA_ENV, OVERRIDES_ENV)}
+    try:
+        return _figures(args)
+    finally:  # the figures' --data and overrides end with the command (tests and notebooks call main in-process)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _figures(args) -> int:
     import time
 
     from rich.console import Console
@@ -385,6 +459,7 @@ def cmd_figures(args) -> int:
     from workbench.figures.schedule import default_jobs, prepare
 
     specs = list(F.load_all().values()) if args.all else F.get(args.ids)
+    _figures_setup(args)
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     t0 = time.perf_counter()

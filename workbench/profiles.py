@@ -29,7 +29,7 @@ class Profile:
     val_limit: int | None  # held-out images used for accuracy (None: all)
     analysis_images: str = "demo:val[:8]"  # image spec of the figures' analyses
     is_paper: bool = False  # the papers' backbones and hyperparameters on the user's data (--data), launched on GPUs;
-    # no demo teacher is trained under it and no test runs it
+    # no demo teacher is trained under it (tests run it with budget overrides on a tiny folder: test_paper_profile)
 
     def require_data(self, data: str | None, what: str = "trains") -> None:
         """Refuse to run without ``--data`` under the paper profile (``what``: "trains", "prunes"...).

@@ -2,10 +2,14 @@
 
 A run directory holds one training's ``config.json``, its checkpoint ``model.safetensors``
 (rewritten atomically every epoch), ``metrics.jsonl`` (one line per epoch) and
-``manifest.json`` (status ``running``/``complete``, versions, hashes, wall time, final metrics).
+``manifest.json`` (status ``running``/``failed``/``complete``, versions, hashes, wall time, final metrics).
 
 :func:`ensure_run` is the one entry point: a complete run with the same config is reused, never
-retrained; an interrupted one resumes from its last checkpoint; ``force=True`` starts afresh.
+retrained; a failed or interrupted one resumes from its last checkpoint when the same command comes
+again, and is replaced when a command with another config asks for its id (nothing was built on an
+unfinished run); ``force=True`` starts afresh, but never under runs that other commands built on it
+(:func:`dependants`). Inside :func:`id_scope` every id gets the scope's suffix (``far-vit-demo+e1.n12``):
+the budget overrides and data a run was made with are part of its name.
 Runs live under ``$WORKBENCH_HOME/runs`` (default ``~/.cache/vit-workbench/runs``), so the CLI,
 notebooks and figures find the same runs whatever the working directory.
 """
@@ -13,6 +17,7 @@ notebooks and figures find the same runs whatever the working directory.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 import json
 import os
@@ -144,6 +149,50 @@ def find_run(ref: str | Path | Run) -> Run | None:
         return Run(path)
     path = runs_root() / str(ref)
     return Run(path) if (path / "manifest.json").exists() else None
+#: Suffix of every run id created by :func:`ensure_run` in this context (:func:`id_scope`).
+_ID_SUFFIX: contextvars.ContextVar[str] = contextvars.ContextVar("workbench_run_id_suffix", default="")
+
+
+@contextlib.contextmanager
+def id_scope(suffix: str):
+    """Within the block, :func:`ensure_run` names its runs ``<id>+<suffix>`` (no change for an empty suffix)."""
+    token = _ID_SUFFIX.set(suffix)
+    try:
+        yield
+    finally:
+        _ID_SUFFIX.reset(token)
+
+
+def scoped_id(run_id: str) -> str:
+    """``run_id`` as :func:`ensure_run` names it in the current :func:`id_scope`."""
+    suffix = _ID_SUFFIX.get()
+    if not suffix:
+        return run_id
+    return f"{run_id}{'.' if '+' in run_id.rsplit('-', 1)[-1] else '+'}{suffix}"  # one "+" part per id
+
+
+def _mentions(value: Any, run_id: str) -> bool:
+    if isinstance(value, dict):
+        return any(_mentions(v, run_id) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_mentions(v, run_id) for v in value)
+    return value == run_id
+
+
+def dependants(run: "Run") -> list["Run"]:
+    """Runs of other methods whose config names ``run`` (students of a teacher, ...): what ``--force`` would orphan."""
+    own = run.config.get("method") if (run.dir / "config.json").exists() else None
+    out = []
+    for other in list_runs():
+        if other.id == run.id or not (other.dir / "config.json").exists():
+            continue
+        try:
+            cfg = other.config
+        except RunError:
+            continue
+        if cfg.get("method") != own and _mentions(cfg, run.id):
+            out.append(other)
+    return out
 
 
 def open_run(ref: str | Path) -> Run:
@@ -182,21 +231,38 @@ def ensure_run(
             returns final metrics, stored in the manifest; a ``model`` entry ``{name, kwargs}`` (the timm
             name and JSON kwargs of the saved model, when only the run's end knows them, e.g. after
             pruning) is stored apart as the manifest's ``model``.
-        force: delete any existing run of that id and start afresh.
+        force: delete any existing run of that id and start afresh (refused when other methods' runs were built
+            on it: :func:`dependants`).
         log: where one-line status messages go.
 
     Raises:
-        RunError: a complete run of that id has a different config (pass ``force=True``).
+        RunError: a complete run of that id has a different config (pass ``force=True``), or ``force`` would
+            replace a run others were built on.
     """
+    run_id = scoped_id(run_id)
     run_dir = runs_root() / run_id
     config_sha = hashlib.sha256(_canonical(config).encode()).hexdigest()
     if int(os.environ.get("RANK", "0")) > 0:
-        # Under torchrun only rank 0 keeps the record; other ranks just train (fit syncs them).
+        # Under torchrun only rank 0 keeps the record; other ranks just train (fit syncs them) - except where rank 0
+        # reuses a complete run, which every rank then reuses (one rank training alone would wait for the others).
+        if (run_dir / "manifest.json").exists():
+            done = Run(run_dir)
+            with contextlib.suppress(RunError):
+                if done.status == "complete" and (done.manifest.get("config_sha256") == config_sha or
+                                                  same_result_config(done.config, config)) and not force:
+                    return done
         run_dir.mkdir(parents=True, exist_ok=True)
         body(Run(run_dir))
         return Run(run_dir)
     with _run_lock(run_id, log):
         if run_dir.exists() and force:
+            if (run_dir / "manifest.json").exists():
+                built = dependants(Run(run_dir))
+                if built:
+                    raise RunError(
+                        f"--force would replace run {run_id!r}, which {len(built)} other run(s) were built on: "
+                        f"{', '.join(r.id for r in built)}; delete those first, or make a new run beside it (other "
+                        "--epochs/--images/--checkpoint give it another id)")
             shutil.rmtree(run_dir)
         return _ensure_locked(run_id, run_dir, config, config_sha, body, log)
 
@@ -229,13 +295,17 @@ def _ensure_locked(run_id, run_dir: Path, config: dict, config_sha: str, body, l
         if run.status == "complete" and same:
             log(f"reusing complete run {run_id} ({run.dir})")
             return run
-        if not same:
+        if not same and run.status == "complete":
             raise RunError(
                 f"run {run_id!r} exists with a different config ({run.dir}); "
                 "pass --force to retrain it, or delete the directory"
             )
-        log(f"resuming interrupted run {run_id} from its last checkpoint")
-    else:
+        if same:
+            log(f"resuming {run.status} run {run_id} from its last checkpoint")
+        else:  # an unfinished run (failed, interrupted, or a crashed process: we hold its lock) of another config
+            log(f"replacing {run.status} run {run_id} (it was started with another config and never finished)")
+            shutil.rmtree(run_dir)
+    if not (run_dir / "manifest.json").exists():
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / "config.json", json.dumps(config, indent=2, sort_keys=True, default=str))
         atomic_write_text(
@@ -246,11 +316,16 @@ def _ensure_locked(run_id, run_dir: Path, config: dict, config_sha: str, body, l
         run = Run(run_dir)
     t0 = time.perf_counter()
     previous = float(run.manifest.get("wall_time_s", 0.0))
-    run.update_manifest(status="running", versions=versions())
+    run.update_manifest(status="running", versions=versions(), error=None)
     try:
         results = body(run)
-    finally:
-        run.update_manifest(wall_time_s=previous + time.perf_counter() - t0)
+    except BaseException as err:
+        # failed (an error) or interrupted (Ctrl-C, a kill): the same command resumes it, another config replaces it
+        status = "interrupted" if isinstance(err, (KeyboardInterrupt, SystemExit)) else "failed"
+        run.update_manifest(status=status, error=f"{type(err).__name__}: {err}"[:500],
+                            wall_time_s=previous + time.perf_counter() - t0)
+        raise
+    run.update_manifest(wall_time_s=previous + time.perf_counter() - t0)
     ckpt = {"checkpoint_sha256": sha256_file(run.checkpoint)} if run.checkpoint.exists() else {}
     model = {"model": results.pop("model")} if "model" in results else {}
     run.update_manifest(status="complete", results=results, completed=now_iso(), **ckpt, **model)

@@ -5,12 +5,21 @@ checkpoint hashes, analysis stores), stamps it on the Dataset the function retur
 Dataset under ``$WORKBENCH_HOME/stores/<profile>/figdata/<id>.nc``. A stored Dataset is read back
 instead of recomputed while every run it used still has the same checkpoint and every store it read
 still exists (``force=True`` recomputes analyses and figure data; runs are always reused).
+
+On the user's data (``workbench figures --profile paper --data ROOT``) a context uses the user's teacher runs on
+``ROOT`` (recorded or trained with ``workbench train teacher``; it never trains a paper teacher itself), makes or
+reuses the method runs with the budget overrides it is given (the same ``--epochs``/``--images`` ... as the user's
+``workbench run`` find the same runs), and reads every demo or sample-photo image spec from ``ROOT/val``
+(:func:`workbench.pipelines.user_images`). Its stores live apart, under ``stores/paper+<data tag>[.<overrides>]``.
+``workbench figures`` hands data and overrides to its spawned workers in :data:`DATA_ENV` and :data:`OVERRIDES_ENV`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -18,38 +27,64 @@ import xarray as xr
 
 from workbench.provenance import NULL, now_iso, versions, weights_of
 
-__all__ = ["Context"]
+__all__ = ["Context", "DATA_ENV", "OVERRIDES_ENV"]
+
+#: Environment variables carrying ``workbench figures``' --data and budget overrides (JSON) to its worker processes.
+DATA_ENV, OVERRIDES_ENV = "WORKBENCH_FIGURES_DATA", "WORKBENCH_FIGURES_OVERRIDES"
 
 
 class Context:
     """Runs, analyses and figure data for one profile (module docstring)."""
 
     def __init__(self, profile: str = "demo", device: str = "auto", force: bool = False,
-                 log: Callable[[str], None] = print):
+                 log: Callable[[str], None] = print, *, data: str | None = None, overrides=None):
+        from workbench.pipelines import Overrides, data_tag, user_images
         from workbench.profiles import get_profile
         from workbench.runs import home
-
         from workbench.runtime import resolve_device
 
         self.profile = get_profile(profile)
         self.device = resolve_device(device)  # once, here: runs, analyses and data functions get the torch.device
         self.force = force
         self.log = log
-        self.store_dir = home() / "stores" / self.profile.name
+        self.data_root = data or os.environ.get(DATA_ENV) or None  # the user's ImageFolder root (None: the demo set)
+        if overrides is None and os.environ.get(OVERRIDES_ENV):
+            raw = json.loads(os.environ[OVERRIDES_ENV])
+            overrides = Overrides(**{k: tuple(tuple(p) for p in v) if isinstance(v, list) else v for k, v in raw.items()})
+        self.overrides = overrides or Overrides()  # budget overrides of every method run
+        where = self.profile.name
+        if self.data_root is not None:
+            self.data_root = str(Path(self.data_root).expanduser().resolve())
+            where += f"+{data_tag(self.data_root)}"
+            if self.profile.is_paper:
+                self.profile = dataclasses.replace(
+                    self.profile, analysis_images=user_images(self.profile.analysis_images, self.data_root))
+        if self.overrides:
+            where += ("." if "+" in where else "+") + self.overrides.tag()
+        self.store_dir = home() / "stores" / where
         self._used: list[list[dict]] = [[]]  # one frame per data function being computed (they nest)
         self._fresh: set[str] = set()  # data ids computed by this context (not recomputed again under force)
         self._recomputed: set[Path] = set()  # analysis stores computed by this context
 
     # runs ------------------------------------------------------------------------------------
     def teacher(self, arch: str):
-        """The profile's demo teacher of ``arch`` (``vit``, ``swin``, ``cnn``), trained or reused."""
+        """The profile's demo teacher of ``arch`` (``vit``, ``swin``, ``cnn``), trained or reused; under ``paper``
+        the user's newest complete teacher run of ``arch`` on the data (never trained here)."""
+        if self.profile.is_paper:
+            from workbench.pipelines.teacher import resolve_teacher
+            from workbench.runs import open_run
+
+            ref = resolve_teacher(arch, self.profile, default_arch=arch, family=arch, data=self.data_root, log=self.log)
+            return self.use_run(open_run(ref.run))
         return self.run("teacher", arch=arch)
 
     def run(self, method: str, teacher=None, **options):
-        """A method's run through the registry (:func:`workbench.pipelines.run_method`), trained or reused."""
+        """A method's run through the registry (:func:`workbench.pipelines.run_method`), trained or reused, on the
+        context's data with its budget overrides."""
         from workbench.pipelines import run_method
 
-        return self.use_run(run_method(method, teacher, self.profile, device=self.device, log=self.log, **options))
+        return self.use_run(run_method(method, teacher, self.profile, device=self.device, data=self.data_root,
+                                       overrides=self.overrides, strict=False, log=self.log, **options))
 
     def use_run(self, run):
         """Record that the data being computed uses ``run``; returns it."""
@@ -68,18 +103,26 @@ class Context:
 
     def images(self, spec: str, model=None):
         """The image batch ``spec`` (:func:`workbench.data.load_images`), sized and normalised for ``model`` (its
-        ``pretrained_cfg``; the demo's 1×28×28 without one)."""
+        ``pretrained_cfg``; the demo's 1×28×28 without one). On the user's data a demo or sample-photo spec reads
+        their val/ images (:func:`workbench.pipelines.user_images`)."""
         from workbench.data import load_images
+        from workbench.pipelines import user_images
 
         cfg = getattr(model, "pretrained_cfg", {}) or {}
+        spec = user_images(spec, self.data_root) if self.profile.is_paper else spec
         return load_images(spec, input_size=tuple(cfg.get("input_size", (1, 28, 28))), mean=cfg.get("mean"),
                            std=cfg.get("std"))
 
-    def heldout(self):
-        """The profile's held-out set (the demo set's validation split on the demo and smoke profiles)."""
+    def heldout(self, model=None):
+        """The profile's held-out set (the demo set's validation split on the demo and smoke profiles; the user's
+        ``val/`` with ``--data``), sized and normalised for ``model`` (its ``pretrained_cfg``, with its teacher run's
+        crop and interpolation; the demo's 1×28×28 without one)."""
         from workbench.data import datasets
+        from workbench.pipelines.heldout import heldout_set
 
-        return datasets(self.profile.name)[1]
+        if model is None:
+            return datasets(self.profile, self.data_root)[1]
+        return heldout_set(model, self.profile, self.data_root)
 
     def budget(self, method: str):
         """``method``'s budget on this profile (:func:`workbench.pipelines.budget`)."""
@@ -99,6 +142,10 @@ class Context:
         from workbench.analyze import run_analysis
         from workbench.store import open_store
 
+        if self.profile.is_paper:
+            from workbench.pipelines import user_images
+
+            images = user_images(images, self.data_root)  # the user's val/ images, not the demo's
         key = json.dumps({"kind": kind, "model": model, "checkpoint": checkpoint, "images": images, "options": options,
                           "weights": _weights_sha(model, checkpoint)}, sort_keys=True, default=str)
         path = self.store_dir / f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.nc"
@@ -170,9 +217,12 @@ class Context:
                 self._used[-1].extend(json.loads(ds.attrs.get("sources", "[]")))
                 return ds
             ds.close()
+        from workbench.pipelines import user_data
+
         self._used.append([])
         try:
-            ds = DATA[id].make(self)
+            with user_data(self.data_root if self.profile.is_paper else None):  # budgets read the user's val/
+                ds = DATA[id].make(self)
         finally:
             used = self._used.pop()
         if not isinstance(ds, xr.Dataset):

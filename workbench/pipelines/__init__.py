@@ -15,17 +15,30 @@ A method plugs into the workbench with one :class:`Method` entry, registered wit
 
 :func:`run_method` is the single entry point behind the CLI, the figures and notebooks: it resolves
 the teacher (a run, a demo arch trained on demand, or a timm name with weights), looks the budget
-up, checks the options, and calls ``run``. Every module of this package is imported by
+up, checks the options, prints the run's plan and calls ``run``.
+
+Budget overrides (:class:`Overrides`: ``--epochs [PHASE=]N``, ``--steps [NAME=]N``, ``--batch-size [PHASE=]N``,
+``--images N``) are declared once here for every method: a budget's phases are found in its dataclass (every
+``epochs`` / ``<phase>_epochs``, ``<name>_steps`` and ``batch_size`` field, at any depth; :func:`budget_knobs`) and
+replaced with :func:`dataclasses.replace`. While a method runs, :func:`budget` returns its overridden budget (so a
+pipeline that looks its budget up by profile name gets it too), training sets hold at most ``--images`` images, and
+every run id it creates carries the overrides' tag (:func:`workbench.runs.id_scope`), so a shortened trial never
+collides with the full run. Every module of this package is imported by
 :func:`load_all` (no hand-kept list), so a new method is one new module here. See
 ``docs/adding-a-method.md``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
 import importlib
+import os
 import pkgutil
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping
 
 if TYPE_CHECKING:
     from workbench.pipelines.teacher import TeacherRef
@@ -33,7 +46,8 @@ if TYPE_CHECKING:
     from workbench.runs import Run
 
 __all__ = ["Option", "Method", "RunRequest", "METHODS", "register_method", "get_method", "budget", "run_method",
-           "load_all"]
+           "load_all", "Overrides", "active_overrides", "Knob", "budget_knobs", "apply_overrides", "parse_override", "active_images",
+           "plan_lines", "data_tag", "user_data", "user_images"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,7 @@ class Method:
     paper_ref: str = ""  # the paper's file in the shared papers/ folder ("papers/000"); orders the figure index
     paper: Mapping[str, Any] = field(default_factory=dict)  # the paper's published numbers and conventions the
     # figures show beside ours (e.g. {"table3": methods.far.PAPER_TABLE3}), so figures never import ``methods``
+    phases: tuple[str, ...] | None = None  # budget fields holding its training phases (None: every one found)
     extra: dict[str, Any] = field(default_factory=dict)  # anything else the method's figures want to look up
 
 
@@ -121,7 +136,8 @@ def get_method(name: str) -> Method:
 
 
 def budget(method: str, profile: str | "Profile") -> Any:
-    """``budgets[method][profile]``: the one lookup of a method's budget.
+    """``budgets[method][profile]``: the one lookup of a method's budget (with the overrides of the run in progress,
+    when ``method`` is the method :func:`run_method` is running).
 
     Raises:
         ValueError: the method has no budget for that profile.
@@ -130,7 +146,289 @@ def budget(method: str, profile: str | "Profile") -> Any:
     entry = get_method(method)
     if name not in entry.budgets:
         raise ValueError(f"method {method!r} has no budget for profile {name!r}; choose from {', '.join(entry.budgets)}")
-    return entry.budgets[name]
+    spent = entry.budgets[name]
+    scope = _SCOPE.get()
+    if scope is not None and scope[0] == method and scope[1]:
+        spent = apply_overrides(spent, scope[1], phases=entry.phases)
+    if name == "paper" and _DATA.get() is not None and dataclasses.is_dataclass(spent):
+        # no demo or sample-photo images on the user's data: every image-spec field reads its val/ folder
+        spent = dataclasses.replace(spent, **{f.name: user_images(getattr(spent, f.name))
+                                              for f in dataclasses.fields(spent)
+                                              if f.name.endswith("_images") and isinstance(getattr(spent, f.name), str)})
+    return spent
+
+
+#: The ImageFolder root of the paper-profile work in progress (:func:`user_data`).
+_DATA: contextvars.ContextVar[str | None] = contextvars.ContextVar("workbench_user_data", default=None)
+
+
+@contextlib.contextmanager
+def user_data(data: str | None) -> Iterator[None]:
+    """Within the block the paper profile's image specs read ``data``'s val/ folder (:func:`user_images`)."""
+    token = _DATA.set(str(Path(data).expanduser().resolve()) if data is not None else None)
+    try:
+        yield
+    finally:
+        _DATA.reset(token)
+
+
+def user_images(spec: str, data: str | None = None) -> str:
+    """A demo (``demo:val[15::31]``) or sample-photo (``skimage:a,b,c``) spec as as many images of the user's
+    ``DATA/val`` (``data``, else the one of :func:`user_data`), spread over its classes (ImageFolder order is by
+    class): ``DATA/val[0:64:2]``. Other specs, or no user data: ``spec`` unchanged."""
+    import numpy as np
+
+    data = data or _DATA.get()
+    if data is None or not isinstance(spec, str):
+        return spec
+    if spec.startswith("skimage:"):
+        n = len([x for x in spec.split(":", 1)[1].split(",") if x.strip()])
+    elif spec.startswith("demo:"):
+        from workbench.data import demo_split_indices
+
+        head, _, sl = spec.split(":", 1)[1].partition("[")
+        split = head or "val"
+        total = len(demo_split_indices(split))  # type: ignore[arg-type]
+        parts = [int(p) if p else None for p in sl.rstrip("]").split(":")] if sl else [None]
+        n = len(np.arange(total)[slice(*parts)]) if len(parts) > 1 else (1 if parts[0] is not None else total)
+    else:
+        return spec
+    from workbench.data import scan_image_folder
+
+    have = len(scan_image_folder(Path(data) / "val", require_classes=True).files)
+    step = max(1, have // max(1, n))
+    return f"{data}/val[0:{min(have, n * step)}:{step}]"
+
+
+# --------------------------------------------------------------------------------------------
+# Budget overrides: one set of options for every method
+# --------------------------------------------------------------------------------------------
+
+KnobKind = Literal["epochs", "steps", "batch_size"]
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Budget overrides of one run (``--epochs``, ``--steps``, ``--batch-size``, ``--images``); empty: the budget as is.
+
+    Each of ``epochs``, ``steps`` and ``batch_size`` is a tuple of ``(phase, value)``: ``phase`` None sets every
+    phase's, else the phases whose name (:func:`budget_knobs`) is ``phase`` or ends with ``.phase``.
+    """
+
+    epochs: tuple[tuple[str | None, int], ...] = ()  # training epochs per phase (FAR: distill, finetune, ...)
+    steps: tuple[tuple[str | None, int], ...] = ()  # optimizer steps (Non-deep ViT: warmup, adjust)
+    batch_size: tuple[tuple[str | None, int], ...] = ()  # global batch size per phase
+    images: int | None = None  # training images (a fixed subset; the demo set: its class-balanced head)
+
+    def __bool__(self) -> bool:
+        return bool(self.epochs or self.steps or self.batch_size or self.images is not None)
+
+    def tag(self) -> str:
+        """Readable, stable id part: ``e1.b8.n12``, ``distill-e2`` (empty without overrides)."""
+        parts = []
+        for kind, letter in (("epochs", "e"), ("steps", "s"), ("batch_size", "b")):
+            for phase, value in getattr(self, kind):
+                parts.append(f"{phase}-{letter}{value}" if phase else f"{letter}{value}")
+        if self.images is not None:
+            parts.append(f"n{self.images}")
+        return ".".join(parts)
+
+    def to_dict(self) -> dict:
+        return {k: [list(p) for p in v] if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+def parse_override(values: "list[str] | None", flag: str) -> tuple[tuple[str | None, int], ...]:
+    """``["2", "distill=3"]`` -> ``((None, 2), ("distill", 3))`` (the values of a repeatable ``--flag [PHASE=]N``).
+
+    Raises:
+        ValueError: a value that is not ``N`` or ``PHASE=N`` with an integer ``N``, naming the flag.
+    """
+    out = []
+    for v in values or ():
+        phase, sep, num = str(v).rpartition("=")
+        try:
+            out.append((phase.strip() if sep else None, int(num)))
+        except ValueError:
+            raise ValueError(f"{flag} takes N or PHASE=N with an integer N, got {v!r}") from None
+        if sep and not phase.strip():
+            raise ValueError(f"{flag} {v!r}: name the phase before '=' (or give N alone for every phase)")
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One overridable number of a budget."""
+
+    kind: KnobKind  # what it counts
+    phase: str  # dotted phase name ("distill", "join.warmup", "method.final"; "" for the budget itself)
+    path: tuple[str, ...]  # field names / dict keys from the budget down to the number
+    value: int  # its value in the budget
+
+
+def budget_knobs(budget: Any, *, phases: tuple[str, ...] | None = None, keep: frozenset[str] = frozenset()) -> list[Knob]:
+    """The epochs, steps and batch sizes of a budget dataclass, found by field name at any depth.
+
+    ``epochs`` and ``batch_size`` belong to the phase they sit in (``distill.epochs`` -> phase ``distill``);
+    ``<name>_epochs`` (not ``warmup_epochs``) and ``<name>_steps`` name their own (``method.final_epochs`` ->
+    ``method.final``). Tuples and None are not walked (ablation budgets of the figures).
+
+    Args:
+        phases: only the sub-trees under these top-level fields (a method's :attr:`Method.phases`).
+        keep: of a dict of phases (the teacher's ``configs`` per arch), only the keys in ``keep`` when any is.
+    """
+    out: list[Knob] = []
+
+    def walk(obj: Any, path: tuple[str, ...]) -> None:
+        if isinstance(obj, dict):
+            keys = [k for k in obj if str(k) in keep] or list(obj)
+            for k in keys:
+                if dataclasses.is_dataclass(obj[k]):
+                    walk(obj[k], path + (str(k),))
+            return
+        for f in dataclasses.fields(obj):
+            if not path and phases is not None and f.name not in phases:
+                continue
+            v = getattr(obj, f.name)
+            where = ".".join(path)
+            if isinstance(v, bool) or v is None:
+                continue
+            if isinstance(v, int):
+                if f.name == "epochs":
+                    out.append(Knob("epochs", where, path + (f.name,), v))
+                elif f.name.endswith("_epochs") and f.name != "warmup_epochs":
+                    out.append(Knob("epochs", ".".join(path + (f.name[:-7],)), path + (f.name,), v))
+                elif f.name.endswith("_steps"):
+                    out.append(Knob("steps", ".".join(path + (f.name[:-6],)), path + (f.name,), v))
+                elif f.name == "batch_size":
+                    out.append(Knob("batch_size", where, path + (f.name,), v))
+            elif dataclasses.is_dataclass(v) or isinstance(v, dict):
+                walk(v, path + (f.name,))
+
+    if dataclasses.is_dataclass(budget):
+        walk(budget, ())
+    return out
+
+
+def _matches(phase: str, selector: str | None) -> bool:
+    return selector is None or phase == selector or phase.endswith("." + selector)
+
+
+def _set(obj: Any, path: tuple[str, ...], value: int) -> Any:
+    if isinstance(obj, dict):
+        return {**obj, path[0]: _set(obj[path[0]], path[1:], value) if len(path) > 1 else value}
+    if len(path) == 1:
+        return dataclasses.replace(obj, **{path[0]: value})
+    return dataclasses.replace(obj, **{path[0]: _set(getattr(obj, path[0]), path[1:], value)})
+
+
+_MINIMUM = {"epochs": 0, "steps": 0, "batch_size": 1}
+_FLAGS = {"epochs": "--epochs", "steps": "--steps", "batch_size": "--batch-size"}
+
+
+def apply_overrides(budget: Any, overrides: Overrides, *, phases: tuple[str, ...] | None = None,
+                    strict: bool = False, what: str = "the budget") -> Any:
+    """``budget`` with ``overrides`` set by :func:`dataclasses.replace` (``--images`` is the data's: see
+    :func:`active_images`).
+
+    Args:
+        strict: refuse a phase name, or a kind, that ``budget`` does not have (``workbench run``); otherwise
+            such overrides are skipped (``workbench figures`` passes one set to every method).
+
+    Raises:
+        ValueError: a value below its minimum; with ``strict``, an unknown phase (listing the budget's phases) or a
+            kind the budget has none of.
+    """
+    knobs = budget_knobs(budget, phases=phases)
+    for kind in ("epochs", "steps", "batch_size"):
+        for selector, value in getattr(overrides, kind):
+            flag = _FLAGS[kind]
+            if value < _MINIMUM[kind]:
+                raise ValueError(f"{flag} must be >= {_MINIMUM[kind]}, got {value}")
+            hits = [k for k in knobs if k.kind == kind and _matches(k.phase, selector)]
+            if not hits and strict:
+                names = sorted({k.phase for k in knobs if k.kind == kind and k.phase})
+                if not any(k.kind == kind for k in knobs):
+                    raise ValueError(f"{what} has no {kind.replace('_', ' ')} to set with {flag}; its phases: "
+                                     f"{', '.join(sorted({k.phase or '(all)' for k in knobs})) or 'none'}")
+                raise ValueError(f"{what} has no phase {selector!r} for {flag}; choose from {', '.join(names)} "
+                                 f"(or {flag} N for all)")
+            for k in hits:
+                budget = _set(budget, k.path, value)
+    if overrides.images is not None and overrides.images < 1:
+        raise ValueError(f"--images must be >= 1, got {overrides.images}")
+    return budget
+
+
+#: (method name, overrides, images) of the run in progress (set by :func:`run_method`).
+_SCOPE: contextvars.ContextVar[tuple[str, Overrides] | None] = contextvars.ContextVar("workbench_budget", default=None)
+
+
+def active_overrides() -> Overrides | None:
+    """The overrides of the run in progress (None outside :func:`run_method`)."""
+    scope = _SCOPE.get()
+    return scope[1] if scope is not None else None
+
+
+def active_images() -> int | None:
+    """``--images`` of the run in progress: the most training images any of its data sets may hold (None: all)."""
+    scope = _SCOPE.get()
+    return scope[1].images if scope is not None else None
+
+
+@contextlib.contextmanager
+def _scoped(method: str, overrides: Overrides, id_suffix: str) -> Iterator[None]:
+    from workbench.runs import id_scope
+
+    token = _SCOPE.set((method, overrides))
+    try:
+        with id_scope(id_suffix):
+            yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def data_tag(data: str) -> str:
+    """The data part of a run id: the ImageFolder's name and 4 hex digits of its absolute path (``flowers_3fa2``)."""
+    import hashlib
+
+    root = str(Path(data).expanduser().resolve())
+    return f"{Path(root).name}_{hashlib.sha256(root.encode()).hexdigest()[:4]}"
+
+
+def _train_images(prof: "Profile", data: str | None) -> tuple[int | None, str]:
+    if data is None:
+        return prof.train_limit, "the demo set (MNIST-5k)"
+    from workbench.data import scan_image_folder
+
+    try:
+        return len(scan_image_folder(Path(data) / "train", require_classes=True).files), f"{data}/train"
+    except Exception:  # noqa: BLE001 - the run itself reports bad data with its own message
+        return None, f"{data}/train"
+
+
+def plan_lines(entry: Method, spent: Any, overrides: Overrides, prof: "Profile", data: str | None,
+               options: Mapping[str, Any]) -> list[str]:
+    """The run's whole plan: every phase's epochs / steps and batch, and the training images."""
+    keep = frozenset(str(v) for v in options.values() if isinstance(v, (str, int)) and not isinstance(v, bool))
+    rows: dict[str, dict[str, int]] = {}
+    for k in budget_knobs(spent, phases=entry.phases, keep=keep):
+        rows.setdefault(k.phase, {})[k.kind] = k.value
+    total, where = _train_images(prof, data)
+    used = min(x for x in (total, overrides.images) if x is not None) if (total, overrides.images) != (None, None) else None
+    images = (f"{used} training images" if used is not None else "all training images") + (
+        f" (of {total}, --images {overrides.images})" if overrides.images is not None and total is not None else "")
+    lines = [f"plan: {entry.name}, {prof.name} profile, {images} of {where}"
+             + (f"; overrides {overrides.tag()}" if overrides else "")]
+    for phase, kv in rows.items():
+        parts = []
+        if "epochs" in kv:
+            parts.append(f"{kv['epochs']} epoch{'s' * (kv['epochs'] != 1)}")
+        if "steps" in kv:
+            parts.append(f"{kv['steps']} steps")
+        if "batch_size" in kv:
+            parts.append(f"batch {kv['batch_size']}")
+        lines.append(f"  {phase or entry.name}: {', '.join(parts)}")
+    return lines
 
 
 def run_method(
@@ -142,6 +440,8 @@ def run_method(
     device: str = "auto",
     data: str | None = None,
     force: bool = False,
+    overrides: Overrides | None = None,
+    strict: bool = True,
     log: Callable[[str], None] = print,
     **options: Any,
 ) -> "Run":
@@ -154,16 +454,19 @@ def run_method(
         teacher_checkpoint: weights of a timm-name teacher.
         device: ``auto``, ``cpu``, ``cuda`` (or a torch.device): resolved here, once.
         data, force, log: see :class:`RunRequest`.
+        overrides: budget overrides (module docstring); their tag ends every run id the method creates.
+        strict: refuse an override the method's budget has no phase for (False: skip it, for the figures).
         **options: the method's own options (:attr:`Method.options`); missing ones take their defaults.
 
     Raises:
-        ValueError: an unknown profile or option, a missing required option, a value outside its choices, or a
-            teacher the method cannot use.
+        ValueError: an unknown profile or option, a missing required option, a value outside its choices, an
+            override the budget has no phase for, or a teacher the method cannot use.
     """
     from workbench.profiles import get_profile
 
     entry = get_method(name)
     prof = get_profile(profile)
+    overrides = overrides or Overrides()
     known = {o.name: o for o in entry.options}
     unknown = sorted(set(options) - set(known))
     if unknown:
@@ -178,7 +481,11 @@ def run_method(
             raise ValueError(f"{opt.flag} must be one of {', '.join(map(str, opt.choices))}, got {options[opt.name]!r}")
         elif opt.check is not None:
             opt.check(options[opt.name])
-    spent = budget(name, prof)  # an unknown profile fails before any teacher is trained
+    if data is not None:
+        data = str(Path(data).expanduser().resolve())  # the same data whatever the working directory
+    with user_data(data if prof.is_paper else None):
+        base = budget(name, prof)  # an unknown profile fails before any teacher is trained
+    spent = apply_overrides(base, overrides, phases=entry.phases, strict=strict, what=f"{name}'s {prof.name} budget")
     from workbench.runtime import resolve_device
 
     dev = resolve_device(device)  # once, here: everything below gets the torch.device
@@ -190,5 +497,12 @@ def run_method(
                               checkpoint=teacher_checkpoint, device=dev, data=data, log=log)
     elif teacher is not None or teacher_checkpoint is not None:
         raise ValueError(f"method {name!r} takes no teacher")
-    request = RunRequest(name, prof, spent, ref, dev, data, force, log)
-    return entry.run(request, **options)
+    # The run ids: the teacher's own id says its data; a student on other data than its teacher's says so.
+    tokens = [data_tag(data)] if data is not None and ref is not None and ref.data != data else []
+    tokens += [overrides.tag()] if overrides else []
+    if int(os.environ.get("RANK", "0")) == 0:
+        for line in plan_lines(entry, spent, overrides, prof, data, options):
+            log(line)
+    with _scoped(name, overrides, ".".join(t for t in tokens if t)), user_data(data if prof.is_paper else None):
+        request = RunRequest(name, prof, spent, ref, dev, data, force, log)
+        return entry.run(request, **options)

@@ -265,6 +265,7 @@ register_method(Method(
     BUDGETS, _run, teacher="cnn", family="CNN",
     paper_title="AttentionLite — distillation into SA-ResNets", paper_ref="papers/003",
     paper={"table1": PAPER_TABLE1, "table2": PAPER_TABLE2},
+    phases=("train",),  # DistillConfig's epochs/batch_size are unused (its docstring): the one training phase is `train`
     options=(
         Option("density", "target parameter density d in (0, 1] (default: the profile's, demo 0.25 irregular / 0.5 column)",
                type=parse_density),

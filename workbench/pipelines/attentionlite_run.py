@@ -122,14 +122,15 @@ def _cross_entropy(model: nn.Module, images: torch.Tensor, targets: torch.Tensor
 
 def _sparse_distill(run: Run, t: "TeacherRef", spec: RunSpec, budget: AttentionLiteBudget, cfg: TrainConfig, profile: str,
                     data: str | None, device: str, log: Callable[[str], None]) -> dict:
-    from workbench.data import datasets
     from workbench.pipelines.common import load_teacher
+    from workbench.pipelines.teacher import datasets, eval_transform
 
     dev = resolve_device(device)
     teacher = load_teacher(t, dev)
     pc = teacher.pretrained_cfg
     input_size = tuple(pc["input_size"])
-    train_set, val_set = datasets(profile, data, input_size, pc.get("mean"), pc.get("std"))
+    train_set, val_set = datasets(profile, data, input_size, pc.get("mean"), pc.get("std"),
+                                  eval_transform=eval_transform(pc))  # the teacher run's held-out pixels
     train_set = limited(train_set, budget.train_limit)
     torch.manual_seed(spec.seed)  # the student's initialisation
     student = create_model(spec.student, **spec.student_kwargs)

@@ -79,10 +79,11 @@ def limited(train_set: Dataset, limit: int | None) -> Dataset:
 
 def method_data(req: "RunRequest", model: nn.Module) -> tuple[Dataset, Dataset]:
     """Training and held-out sets of the request's profile and data, sized and normalised for ``model``."""
-    from workbench.data import datasets
+    from workbench.pipelines.teacher import datasets, eval_transform
 
     pc = getattr(model, "pretrained_cfg", {}) or {}
-    return datasets(req.profile, req.data, tuple(pc.get("input_size", (1, 28, 28))), pc.get("mean"), pc.get("std"))
+    return datasets(req.profile, req.data, tuple(pc.get("input_size", (1, 28, 28))), pc.get("mean"), pc.get("std"),
+                    eval_transform=eval_transform(pc))
 
 
 def phase_logger(run: Run, phase: str, offset: int) -> Callable[[int, dict], None]:

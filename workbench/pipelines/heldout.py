@@ -30,11 +30,13 @@ def correctness(model: nn.Module, val_set, device: str | torch.device = "cpu", b
 
 
 def heldout_set(model: nn.Module, profile: str, data: str | None = None):
-    """The profile's held-out set, sized and normalised for ``model`` (its ``pretrained_cfg``)."""
-    from workbench.pipelines.teacher import datasets
+    """The profile's held-out set, sized and normalised for ``model`` (its ``pretrained_cfg``, with its teacher run's
+    crop and interpolation)."""
+    from workbench.pipelines.teacher import datasets, eval_transform
 
     pc = model.pretrained_cfg
-    return datasets(profile, data, tuple(pc["input_size"]), pc.get("mean"), pc.get("std"))[1]
+    return datasets(profile, data, tuple(pc["input_size"]), pc.get("mean"), pc.get("std"),
+                    eval_transform=eval_transform(pc))[1]
 
 
 def run_correctness(run: Run, profile: str, device: str = "cpu") -> np.ndarray:

@@ -132,7 +132,7 @@ def finetune_with_masks(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, re
 def _finetune(run, teacher, cfg, recipe, profile, data, device, choice, num_pruned, log) -> dict:
     from safetensors import safe_open
 
-    from workbench.pipelines.teacher import datasets
+    from workbench.pipelines.teacher import datasets, eval_transform
 
     dev = resolve_device(device)
     ref_model = load_model(teacher.ref, checkpoint=teacher.checkpoint, device=dev).model
@@ -145,7 +145,8 @@ def _finetune(run, teacher, cfg, recipe, profile, data, device, choice, num_prun
     set_mask(model, baseline_masks(model, num_pruned, choice, seed=recipe.seed, exclude=cfg.exclude))
     model.to(dev)
     pc = ref_model.pretrained_cfg
-    train_set, val_set = datasets(profile, data, tuple(pc["input_size"]), pc.get("mean"), pc.get("std"))
+    train_set, val_set = datasets(profile, data, tuple(pc["input_size"]), pc.get("mean"), pc.get("std"),
+                                  eval_transform=eval_transform(pc))  # as the teacher run
     val_loader = DataLoader(val_set, batch_size=256)
     iterations = -(-num_pruned // cfg.step_pairs)  # Algorithm 1's iteration count to reach these pairs
     n_ft = max(recipe.batch_size, round(cfg.finetune_fraction * len(train_set)))

@@ -410,7 +410,27 @@ def _report(run: Run) -> str:
             f"{100 * res['val_acc']:.1f}%{teacher}, after phase 1 only {100 * res['phase1_val_acc']:.1f}%, untrained "
             f"predictor {100 * res['init_val_acc']:.1f}%{deploy}; MHSA {res['mhsa_macs'] / 1e6:.3g}M MACs in the "
             f"paper's convention (dense {res['mhsa_macs_dense'] / 1e6:.3g}M; executed by our sparse path "
-            f"{res['mhsa_macs_executed'] / 1e6:.3g}M)")
+            f"{res['mhsa_macs_executed'] / 1e6:.3g}M)" + "".join("\n  note: " + n for n in _notes(run)))
+
+
+def _notes(run: Run) -> list[str]:
+    """What a summary's degenerate values mean (a phase 1 too short for the predictor, a CLS key never chosen)."""
+    res, notes = run.manifest["results"], []
+    coef = list(res.get("coef_sparsity") or [])
+    empty = [i for i, c in enumerate(coef) if c >= 1.0]
+    tau = (run.config.get("model_kwargs") or {}).get("tau", (run.config.get("predictor") or {}).get("tau"))
+    if empty:
+        notes.append(
+            f"coef_sparsity 1.0 in layer(s) {', '.join(map(str, empty))}: every coefficient of the low-rank attention "
+            f"Ã_down is below τ{f' = {tau:g}' if tau is not None else ''} (Eq. 2), so the approximate connectivity "
+            "there is empty and up_density (the share of the sparse up-projection actually computed) is 0 for the same "
+            "reason. A predictor still near its initialisation does this: its softmax over n_down is about uniform, "
+            "1/n_down, below τ when n_down > 1/τ (the paper's 32 > 1/0.05). The top-k then ranks keys by ties, not by a "
+            "learned connectivity; train phase 1 longer (--epochs phase1=N, the paper: 5 epochs on ImageNet).")
+    if res.get("cls_key_kept_share") == 0:
+        notes.append("cls_key_kept_share 0: no patch query kept the CLS key among its B (the share of patch-query rows "
+                     "whose kept keys include a prefix token); the patch tokens still reach CLS through CLS's own row.")
+    return notes
 
 
 register_method(Method(

@@ -28,11 +28,22 @@ from torch.utils.data import Dataset
 
 from methods.teachers import DEMO_TEACHERS
 from methods.train import TrainConfig, fit, mixup_cutmix, repeated_augmentation, soft_target_cross_entropy
-from workbench.data import datasets, scan_image_folder
+from workbench.data import datasets as source_datasets
+from workbench.data import scan_image_folder
 from workbench.models import create_model, load_weights, read_state_dict
-from workbench.pipelines import Method, Option, RunRequest, budget, register_method
+from workbench.pipelines import (
+    Method,
+    Option,
+    RunRequest,
+    active_images,
+    active_overrides,
+    budget,
+    data_tag,
+    get_method,
+    register_method,
+)
 from workbench.profiles import Profile, get_profile
-from workbench.runs import Run, RunError, ensure_run, find_run, sha256_file
+from workbench.runs import Run, RunError, ensure_run, find_run, list_runs, sha256_file
 
 
 @dataclass(frozen=True)
@@ -117,10 +128,56 @@ BUDGETS: dict[str, TeacherBudget] = {
 }
 
 
-def teacher_run_id(arch: str, profile: str, model_name: str | None = None) -> str:
-    """``teacher-swin-demo`` for the profile's own model of ``arch``; ``teacher-<timm name>-<profile>`` for another."""
+def datasets(profile: "str | Profile", data: str | None = None, input_size=(1, 28, 28), mean=None, std=None,
+             **kwargs) -> tuple[Dataset, Dataset]:
+    """:func:`workbench.data.datasets` (same arguments) with the training set of the run in progress: at most its
+    ``--images`` images (:func:`workbench.pipelines.active_images`; the demo split's class-balanced head, else a fixed
+    subset). Every pipeline that trains loads its data through this."""
+    from workbench.pipelines.common import limited
+
+    train_set, val_set = source_datasets(profile, data, input_size, mean, std, **kwargs)
+    return limited(train_set, active_images()), val_set
+
+
+def eval_transform(pretrained_cfg: dict | None) -> dict:
+    """The held-out transform options of a model (its ``crop_pct`` and ``interpolation``) for :func:`datasets`: every
+    pipeline evaluates a model on the same pixels as its teacher run did (timm's defaults, 0.875 bilinear, would crop
+    a Swin-T's images differently from its own 0.9 bicubic and change the teacher's accuracy from one report to the next)."""
+    pc = pretrained_cfg or {}
+    return {k: pc[k] for k in ("crop_pct", "interpolation") if pc.get(k) is not None}
+
+
+def teacher_run_id(arch: str, profile: "str | Profile", model_name: str | None = None, *, data: str | None = None,
+                   init_sha256: str | None = None) -> str:
+    """``teacher-swin-demo`` for the demo profiles' own model of ``arch``, else ``teacher-<timm name>-<profile>``
+    (the paper profile always names the timm model), then ``+`` what else changes the result: the data
+    (:func:`workbench.pipelines.data_tag`) and the initial checkpoint (``ck`` + 8 hex digits of its SHA-256):
+    ``teacher-deit_small_patch16_224-paper+flowers_3fa2.ck1a2b3c4d``. Budget overrides follow (``.e0``)."""
+    prof = get_profile(profile)  # a Profile passes through
+    profile = prof.name
+    default = budget("teacher", prof).model(arch)
+    base = f"teacher-{arch}-{profile}" if model_name in (None, default) and not prof.is_paper else \
+        f"teacher-{model_name or default}-{profile}"
+    tokens = ([data_tag(data)] if data is not None else []) + ([f"ck{init_sha256[:8]}"] if init_sha256 else [])
+    return base + ("+" + ".".join(tokens) if tokens else "")
+
+
+def find_teachers(arch: str, profile: "str | Profile", data: str | None) -> list[Run]:
+    """Complete teacher runs of ``arch`` (recorded in the manifest, or the profile's model of it) on ``data`` (None:
+    any), newest first: the paper profile's teachers, recorded or trained by the user."""
+    profile = get_profile(profile).name  # a Profile passes through
     default = budget("teacher", profile).model(arch)
-    return f"teacher-{arch}-{profile}" if model_name in (None, default) else f"teacher-{model_name}-{profile}"
+    want = str(Path(data).expanduser().resolve()) if data is not None else None  # None: on any data
+    found = []
+    for run in list_runs():
+        try:
+            m, c = run.manifest, run.config
+        except RunError:
+            continue
+        if (c.get("method") == "teacher" and c.get("profile") == profile and m.get("status") == "complete"
+                and want in (None, c.get("data")) and (m.get("arch") == arch or c.get("model_name") == default)):
+            found.append(run)
+    return sorted(found, key=lambda r: r.manifest.get("completed", ""), reverse=True)
 
 
 def _classes(data: str) -> list[str]:
@@ -134,17 +191,38 @@ def _classes(data: str) -> list[str]:
     return list(train)
 
 
-def _load_pretrained(model, checkpoint: str, log: Callable[[str], None]) -> None:
-    """Load a checkpoint; a classifier of another class count is left freshly initialised (and said so)."""
+def _load_pretrained(model, checkpoint: str, log: Callable[[str], None], *, trains: bool = True) -> None:
+    """Load a checkpoint; a classifier of another class count is left freshly initialised (and said so), and so is a
+    first convolution of another shape when the model will be trained (``trains``): ImageNet ResNet-50 weights in
+    ``resnet50_cifar``, whose 3×3 stride-1 CIFAR stem replaces the 7×7 one (AttentionLite's paper teacher).
+
+    Raises:
+        ValueError: a new stem on a teacher recorded untrained (``--epochs 0``), naming the fix.
+    """
     state = read_state_dict(checkpoint)
     own = model.state_dict()
-    head = model.pretrained_cfg.get("classifier") or ()
+    pc = model.pretrained_cfg
+    head = pc.get("classifier") or ()
     head = (head,) if isinstance(head, str) else tuple(head)
+    if hasattr(model, "get_classifier"):  # the module itself (a pretrained_cfg may name another, e.g. the demo CNN's)
+        cls = model.get_classifier()
+        head += tuple(n for n, mod in model.named_modules() if n and mod is cls)
+    stem = pc.get("first_conv") or ()
+    stem = (stem,) if isinstance(stem, str) else tuple(stem)
     mismatched = [k for k in state if k in own and state[k].shape != own[k].shape]
-    if mismatched and all(k.startswith(tuple(f"{h}." for h in head)) for k in mismatched):
-        state = {k: v for k, v in state.items() if not k.startswith(tuple(f"{h}." for h in head))}
-        state.update({k: v for k, v in own.items() if k.startswith(tuple(f"{h}." for h in head))})
-        log(f"checkpoint classifier ({', '.join(mismatched)}) has another number of classes: re-initialised")
+    for part, names in (("classifier", head), ("stem", stem)):
+        prefixes = tuple(f"{n}." for n in names)
+        hit = [k for k in mismatched if k.startswith(prefixes)]
+        if not hit:
+            continue
+        if part == "stem" and not trains:
+            raise ValueError(f"checkpoint {checkpoint!r} has another first convolution ({', '.join(hit)}: "
+                             f"{tuple(state[hit[0]].shape)} vs {tuple(own[hit[0]].shape)}); a new stem must be trained: "
+                             "pass --epochs N (N > 0) to fine-tune it on your data")
+        state = {k: v for k, v in state.items() if not k.startswith(prefixes)}
+        state.update({k: v for k, v in own.items() if k.startswith(prefixes)})
+        log(f"checkpoint {part} ({', '.join(hit)}) has another shape: re-initialised"
+            + (" (another number of classes)" if part == "classifier" else "; the fine-tune trains it"))
     load_weights(model, state, what=f"checkpoint {checkpoint!r}")
 
 
@@ -207,6 +285,8 @@ def train_teacher(
         if not Path(checkpoint).expanduser().is_file():
             raise ValueError(f"teacher checkpoint {checkpoint!r} does not exist")
         sha = sha256_file(Path(checkpoint).expanduser())
+    if data is not None:
+        data = str(Path(data).expanduser().resolve())
     classes = _classes(data) if data is not None else []
     model_kwargs = {"num_classes": len(classes)} if data is not None else {}
     augment = prof.augment if data is not None else None  # the demo digits have their own jitter
@@ -224,11 +304,11 @@ def train_teacher(
         torch.manual_seed(cfg.seed)  # the initialisation: the same whatever ran before in this process
         model = create_model(name, **model_kwargs)
         if checkpoint is not None:
-            _load_pretrained(model, str(Path(checkpoint).expanduser()), log)
+            _load_pretrained(model, str(Path(checkpoint).expanduser()), log, trains=cfg.epochs > 0)
         if channels_last:
             model = model.to(memory_format=torch.channels_last)  # the convolutions' weights; activations follow
         pc = model.pretrained_cfg
-        eval_tf = {k: pc[k] for k in ("crop_pct", "interpolation") if pc.get(k) is not None}
+        eval_tf = eval_transform(pc)
         train_set, val_set = datasets(profile, data, tuple(pc["input_size"]), pc.get("mean"), pc.get("std"),
                                       augment=augment, eval_transform=eval_tf)
         options = {}
@@ -246,7 +326,18 @@ def train_teacher(
         return {"val_acc": final["val_acc"], "val_loss": final["val_loss"], "epochs": len(history),
                 "train_images": len(train_set), "val_images": len(val_set)}
 
-    return ensure_run(teacher_run_id(arch, profile, name), config, body, force=force, log=log)
+    def recorded(run: Run) -> dict:
+        if int(os.environ.get("RANK", "0")) == 0:  # under torchrun rank 0 keeps the record
+            run.update_manifest(arch=arch)  # find_teachers looks teachers up by arch
+        return body(run)
+
+    rid = teacher_run_id(arch, profile, name, data=data, init_sha256=sha)
+    if active_overrides() is None:  # called from Python with epochs / batch_size: they name the run as the CLI's do
+        base = get_method("teacher").budgets[profile].config(arch)
+        tokens = [f"e{cfg.epochs}"] * (cfg.epochs != base.epochs) + [f"b{cfg.batch_size}"] * (cfg.batch_size != base.batch_size)
+        if tokens:
+            rid += ("." if "+" in rid else "+") + ".".join(tokens)
+    return ensure_run(rid, config, recorded, force=force, log=log)
 
 
 def _record_checkpoint(run: Run, model, val_set: Dataset, cfg: TrainConfig, train_images: int) -> dict:
@@ -273,6 +364,7 @@ class TeacherRef:
     checkpoint: str | None = None  # weights file (None for a run: its own checkpoint)
     sha256: str | None = None  # hash of the teacher weights
     run: str | None = None  # teacher run id, if any
+    data: str | None = None  # the data the teacher run was trained / evaluated on (None: a timm name + weights)
 
 
 def resolve_teacher(teacher: str | Run | None, profile: "str | Profile", *, default_arch: str, family: str,
@@ -296,15 +388,19 @@ def resolve_teacher(teacher: str | Run | None, profile: "str | Profile", *, defa
     teacher = default_arch if teacher is None else str(teacher.dir) if isinstance(teacher, Run) else teacher
     if teacher in DEMO_TEACHERS:
         if prof.is_paper:  # the paper's backbone trained (or recorded) on the user's data; never trained here
-            rid = teacher_run_id(teacher, prof.name)
-            if (found := find_run(rid)) is None or found.status != "complete":
+            found = find_teachers(teacher, prof.name, data)
+            if not found:
                 name = budget("teacher", prof).model(teacher)
                 raise ValueError(
-                    f"the paper profile needs a real {family} teacher and run {rid!r} does not exist (or is unfinished): "
-                    f"train {name} with `workbench train teacher --arch {teacher} --profile paper --data ROOT`, or record "
-                    f"pretrained weights with `... --checkpoint WEIGHTS --epochs 0`; or pass --teacher RUN_ID, or a timm "
-                    f"{family} name with --checkpoint WEIGHTS")
-            teacher = rid
+                    f"the paper profile needs a real {family} teacher and there is no complete --arch {teacher} teacher "
+                    f"run on {data or 'your data (pass --data ROOT)'}: train {name} with `workbench train teacher --arch "
+                    f"{teacher} --profile paper --data ROOT`, or record pretrained weights with `... --checkpoint WEIGHTS "
+                    f"--epochs 0` (--model NAME for another backbone); or pass --teacher RUN_ID, or a timm {family} name "
+                    "with --checkpoint WEIGHTS")
+            if len(found) > 1:
+                log(f"{len(found)} --arch {teacher} teacher runs on this data: using the newest, {found[0].id} (others: "
+                    f"{', '.join(r.id for r in found[1:])}; pass --teacher RUN_ID to choose)")
+            teacher = found[0].id
         else:
             teacher = train_teacher(teacher, prof.name, device=device, data=data, log=log).id
     run = find_run(teacher)
@@ -313,8 +409,8 @@ def resolve_teacher(teacher: str | Run | None, profile: "str | Profile", *, defa
             raise ValueError(f"teacher {teacher!r} is a run with its own checkpoint; drop --checkpoint")
         if run.status != "complete":
             raise RunError(f"teacher run {run.id!r} is not complete (status {run.status!r}); finish it first")
-        return TeacherRef(run.id, run.id.removeprefix("teacher-"), run.config["model_name"],
-                          dict(run.config.get("model_kwargs", {})), None, run.manifest.get("checkpoint_sha256"), run.id)
+        return TeacherRef(run.id, _tag(run), run.config["model_name"], dict(run.config.get("model_kwargs", {})), None,
+                          run.manifest.get("checkpoint_sha256"), run.id, run.config.get("data"))
     create_model(teacher)  # validates the name: a clear error for an unknown architecture
     if checkpoint is None:
         raise ValueError(f"teacher {teacher!r} is not a run; pass a teacher run id (e.g. teacher-{default_arch}-demo), "
@@ -323,13 +419,25 @@ def resolve_teacher(teacher: str | Run | None, profile: "str | Profile", *, defa
     path = Path(checkpoint).expanduser()
     if not path.is_file():
         raise ValueError(f"teacher checkpoint {str(path)!r} does not exist")
-    return TeacherRef(teacher, teacher, teacher, {}, str(path), sha256_file(path))
+    sha = sha256_file(path)
+    return TeacherRef(teacher, f"{teacher}+ck{sha[:8]}", teacher, {}, str(path), sha)  # the weights are in the id
 
 
-def _run(req: RunRequest, arch: str, model: str | None = None, epochs: int | None = None, batch_size: int | None = None,
-         checkpoint: str | None = None) -> Run:
+def _tag(run: Run) -> str:
+    """The teacher part of its students' ids: ``vit-demo`` for ``teacher-vit-demo``, ``resnet18+flowers_3fa2.e0-paper``
+    for ``teacher-resnet18-paper+flowers_3fa2.e0`` (the profile last, as the students' ids end with it)."""
+    head, plus, extra = run.id.removeprefix("teacher-").partition("+")
+    profile = run.config.get("profile")
+    if plus and profile and head.endswith(f"-{profile}"):
+        return f"{head.removesuffix(f'-{profile}')}+{extra}-{profile}"
+    return run.id.removeprefix("teacher-")
+
+
+def _run(req: RunRequest, arch: str, model: str | None = None, checkpoint: str | None = None) -> Run:
+    # --epochs / --batch-size are the shared budget overrides (workbench.pipelines.Overrides): req.budget has them
+    cfg = req.budget.config(arch)
     return train_teacher(arch, req.profile.name, force=req.force, device=req.device, data=req.data, model_name=model,
-                         epochs=epochs, batch_size=batch_size, checkpoint=checkpoint, log=req.log)
+                         epochs=cfg.epochs, batch_size=cfg.batch_size, checkpoint=checkpoint, log=req.log)
 
 
 register_method(Method(
@@ -338,10 +446,8 @@ register_method(Method(
     options=(Option("arch", "model family: the demo teacher, or under --profile paper DeiT-S / Swin-T / ResNet-50",
                     choices=tuple(DEMO_TEACHERS), required=True),
              Option("model", "another timm name, or deit-t, deit-s, deit-b, swin-t, swin-b, resnet50"),
-             Option("checkpoint", "pretrained weights to start from (.safetensors, .pt, .pth)"),
-             Option("epochs", "override the profile's epoch count (0 with --checkpoint: record the weights as the "
-                    "teacher)", type=int),
-             Option("batch_size", "override the batch size (paper: lr = 5e-4 x batch / 512)", type=int)),
+             Option("checkpoint", "pretrained weights to start from (.safetensors, .pt, .pth); with --epochs 0 they "
+                    "are recorded as the teacher, untrained")),
     examples=("workbench train teacher --arch vit", "workbench train teacher --arch swin --profile smoke --force",
               "workbench train teacher --arch vit --profile paper --data ~/imagenet --checkpoint deit_s.safetensors "
               "--epochs 0"),
