@@ -186,15 +186,17 @@ def test_teacher_run_end_to_end(smoke_teacher):
     assert not loaded.model.training
 
 
-def test_teacher_weights_do_not_depend_on_what_ran_before(smoke_teacher):
+def test_teacher_weights_do_not_depend_on_what_ran_before(smoke_teacher, tmp_path, monkeypatch):
     """The teacher's initialisation is seeded: a retrain after other random draws (e.g. in a figures worker that
-    trained another teacher first) ends with the same weights."""
+    trained another teacher first) ends with the same weights. In a home of its own: the session's teacher has
+    students built on it (other tests), which --force rightly refuses to replace."""
     from workbench.pipelines.teacher import train_teacher
 
     first = smoke_teacher("cnn").manifest["checkpoint_sha256"]
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
     torch.manual_seed(1234)
     torch.rand(1000)  # move the global generator somewhere else
-    again = train_teacher("cnn", "smoke", device="cpu", force=True, log=lambda *_: None)
+    again = train_teacher("cnn", "smoke", device="cpu", log=lambda *_: None)
     assert again.manifest["checkpoint_sha256"] == first
 
 
