@@ -1,28 +1,7 @@
 """Representation similarity between two networks: linear CKA (biased and debiased) and block cosine.
 
-Centered kernel alignment (Kornblith et al. 2019, "Similarity of Neural Network Representations
-Revisited") compares two sets of features of the same n examples, X ∈ R^{n×d₁} and Y ∈ R^{n×d₂}:
-
-    CKA(X, Y) = HSIC(K, L) / √(HSIC(K, K) · HSIC(L, L)),     K = X Xᵀ,  L = Y Yᵀ  (linear kernels).
-
-- **biased** (Gretton et al. 2005): HSIC_b(K, L) = tr(K H L H) / (n − 1)², H = I − 11ᵀ/n. With
-  column-centred features this is ‖Xᵀ Y‖²_F / (n − 1)², so CKA_b = ‖XᵀY‖²_F / (‖XᵀX‖_F ‖YᵀY‖_F).
-  It is biased upwards for finite n: two *independent* random feature sets of width d ≈ n have
-  CKA_b far from 0.
-- **debiased** (the unbiased HSIC estimator of Song et al. 2012, used for CKA by Nguyen, Raghu &
-  Kornblith 2021, "Do Wide and Deep Networks Learn the Same Things?"): with K̃, L̃ the kernels with
-  their diagonals set to 0,
-
-      HSIC_u(K, L) = [tr(K̃ L̃) + (1ᵀK̃1)(1ᵀL̃1) / ((n−1)(n−2)) − 2/(n−2) · 1ᵀK̃L̃1] / (n(n−3)).
-
-  The estimator is invariant to translating the features, so we centre them first; then K1 = 0
-  and, with r_i = ‖x_i‖² and s_i = ‖y_i‖², it needs no n×n matrix:
-
-      n(n−3) · HSIC_u = ‖XᵀY‖²_F − n/(n−2) · rᵀs + ‖X‖²_F ‖Y‖²_F / ((n−1)(n−2))
-
-  (Kornblith's feature-space form). The factor n(n−3) cancels in the ratio. Debiased CKA of
-  independent features is ≈ 0; it can be slightly negative, and for tiny n a debiased
-  self-HSIC can be ≤ 0, in which case CKA is NaN.
+Linear CKA (Kornblith et al. 2019) of two networks' block outputs, biased and debiased (Nguyen, Raghu & Kornblith
+2021); the estimators and their derivation are in :mod:`methods.cka`.
 
 The estimators live in :mod:`methods.cka` (the one implementation, also used by :mod:`methods.nondeep`); this
 module arranges a network's layers for them. Everything is computed in float64 (the terms above cancel heavily), on the device of the inputs.
