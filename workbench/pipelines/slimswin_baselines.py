@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 import numpy as np
 import torch
-import torch.nn as nn
 from torch.utils.data import DataLoader
 
 from methods.slimswin import (
@@ -39,7 +38,6 @@ from methods.slimswin import (
     add_gates,
     attention_macs,
     get_masks,
-    kd_loss,
     prunable_layers,
     set_mask,
     sum_macs,
@@ -49,6 +47,8 @@ from methods.slimswin import (
 from methods.train import TrainConfig, atomic_save_safetensors, cpu_threads, evaluate, fit, resolve_device
 from workbench.models import create_model, load_model, read_state_dict
 from workbench.pipelines.common import IndexedSubset, limited
+from workbench.pipelines.heldout import correctness
+from workbench.pipelines.slimswin_run import kd_loss_fn, sample_subset
 from workbench.runs import Run, RunError, atomic_write_text
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from workbench.pipelines.teacher import TeacherRef
 
 __all__ = ["MaskChoice", "MASK_CHOICES", "baseline_masks", "finetune_with_masks", "masked_correctness",
-           "model_correctness", "mask_comparison"]
+           "mask_comparison"]
 
 MaskChoice = Literal["saliency", "random", "uniform"]
 #: ``saliency``: Algorithm 1 (the method); the others: the baselines of the module docstring.
@@ -99,22 +99,6 @@ def baseline_masks(model_or_config, num_pruned: int, choice: Literal["random", "
     else:
         raise ValueError(f"baseline masks are 'random' or 'uniform', got {choice!r}")
     return masks
-
-
-def _subset(n_total: int, n: int, seed: int) -> list[int]:
-    """The same seeded subset draw as Algorithm 1's (``workbench.pipelines.slimswin_run``): sorted indices."""
-    return torch.randperm(n_total, generator=torch.Generator().manual_seed(seed))[: min(n, n_total)].sort().values.tolist()
-
-
-def _kd(teacher: nn.Module, cfg: SlimSwinConfig):
-    def loss_fn(model, images, targets):
-        logits = model(images)
-        with torch.no_grad():
-            t_logits = teacher(images)
-        loss = kd_loss(logits, t_logits, targets, alpha=cfg.kd_alpha, T=cfg.kd_temperature)
-        return loss, {"kd": loss.item()}
-
-    return loss_fn
 
 
 def finetune_with_masks(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, recipe: "SlimSwinRecipe", profile: str,
@@ -162,9 +146,9 @@ def _finetune(run, teacher, cfg, recipe, profile, data, device, choice, num_prun
         log(f"resuming after {done}/{iterations} fine-tunes")
     t0 = time.perf_counter()
     for it in range(done, iterations):  # the same D-hat subsets and seeds as the SlimSwin run's iterations
-        idx = _subset(len(train_set), n_ft, recipe.seed * 100_003 + 2 * it + 1)
+        idx = sample_subset(len(train_set), n_ft, recipe.seed * 100_003 + 2 * it + 1)
         fit(model, IndexedSubset(train_set, idx), None, replace(iter_cfg, seed=recipe.seed * 1000 + it),
-            loss_fn=_kd(ref_model, cfg))
+            loss_fn=kd_loss_fn(ref_model, cfg))
         atomic_save_safetensors(model.state_dict(), state, metadata={"done": str(it + 1)})
         log(f"{choice} masks: fine-tune {it + 1}/{iterations} done")
     before = evaluate(model, val_loader, dev)
@@ -175,7 +159,7 @@ def _finetune(run, teacher, cfg, recipe, profile, data, device, choice, num_prun
                             warmup_epochs=cfg.warmup_fraction * cfg.final_epochs, warmup_lr=cfg.min_lr,
                             min_lr=cfg.min_lr, seed=recipe.seed, device=str(dev), progress=recipe.progress)
     t1 = time.perf_counter()
-    hist = fit(model, limited(train_set, recipe.final_train_images), val_set, final_cfg, loss_fn=_kd(ref_model, cfg),
+    hist = fit(model, limited(train_set, recipe.final_train_images), val_set, final_cfg, loss_fn=kd_loss_fn(ref_model, cfg),
                ckpt_dir=run.phase_dir("final"), on_epoch_end=run.log_epoch) if cfg.final_epochs > 0 else []
     after = hist[-1] if hist and "val_acc" in hist[-1] else evaluate(model, val_loader, dev)
     masks = get_masks(model)
@@ -191,15 +175,6 @@ def _finetune(run, teacher, cfg, recipe, profile, data, device, choice, num_prun
             "attention_macs": sum_macs(macs), "attention_macs_unpruned": sum_macs(dense),
             "mac_reduction": 1.0 - sum_macs(macs) / sum_macs(dense), "iterative_time_s": iter_time,
             "final_time_s": time.perf_counter() - t1, "train_images": len(train_set), "val_images": len(val_set)}
-
-
-@torch.no_grad()
-def model_correctness(model: nn.Module, val_set, device: str | torch.device = "cpu", batch_size: int = 256) -> np.ndarray:
-    """Per held-out image, whether ``model``'s top-1 class is the label: ``(n,)`` bool in the set's order."""
-    dev = resolve_device(str(device))
-    model = model.to(dev).eval()
-    out = [(model(x.to(dev)).argmax(-1) == y.to(dev)).cpu() for x, y in DataLoader(val_set, batch_size=batch_size)]
-    return torch.cat(out).numpy()
 
 
 def masked_correctness(teacher: str | Run, masks: dict[str, Sequence[torch.Tensor]], profile: str,
@@ -224,11 +199,11 @@ def masked_correctness(teacher: str | Run, masks: dict[str, Sequence[torch.Tenso
     base = load_model(ref, device="cpu").model
     pc = base.pretrained_cfg
     _, val_set = datasets(profile, None, tuple(pc["input_size"]), pc.get("mean"), pc.get("std"))
-    out = {"teacher": model_correctness(base, val_set, device)} if with_teacher else {}
+    out = {"teacher": correctness(base, val_set, device)} if with_teacher else {}
     gated = add_gates(base, mode=gate_mode)
     for label, m in masks.items():
         set_mask(gated, m)
-        out[label] = model_correctness(gated, val_set, device)
+        out[label] = correctness(gated, val_set, device)
     return out
 
 
@@ -278,14 +253,14 @@ def mask_comparison(teacher: Run, saliency_runs: dict[float, Run], baseline_runs
         runs[0, 0, j] = run.id
         for i, choice in enumerate(MASK_CHOICES[1:], start=1):
             correct[0, i, j] = np.mean([got[f"{choice}/{s}"] for s in seeds], axis=0)
-        correct[1, 0, j] = model_correctness(load_model(str(run.dir), device="cpu").model, val_set, device)
+        correct[1, 0, j] = correctness(load_model(str(run.dir), device="cpu").model, val_set, device)
         runs[1, 0, j] = run.id
         for i, choice in enumerate(MASK_CHOICES[1:], start=1):
             if (r, choice) in baseline_runs:
                 b = baseline_runs[(r, choice)]
-                correct[1, i, j] = model_correctness(load_model(str(b.dir), device="cpu").model, val_set, device)
+                correct[1, i, j] = correctness(load_model(str(b.dir), device="cpu").model, val_set, device)
                 runs[1, i, j] = b.id
-    teacher_correct = model_correctness(base, val_set, device)
+    teacher_correct = correctness(base, val_set, device)
     return xr.Dataset(
         {"correct": (("stage", "masks", "ratio", "sample"), correct),
          "teacher_correct": ("sample", teacher_correct.astype(float)),

@@ -49,11 +49,12 @@ if TYPE_CHECKING:
     from workbench.pipelines import RunRequest
 
 
-def _sample(n_total: int, n: int, seed: int) -> list[int]:
+def sample_subset(n_total: int, n: int, seed: int) -> list[int]:
+    """A seeded subset of ``n`` of ``n_total`` indices, sorted (Algorithm 1's d-hat / D-hat draws)."""
     return torch.randperm(n_total, generator=torch.Generator().manual_seed(seed))[: min(n, n_total)].sort().values.tolist()
 
 
-def _kd_loss_fn(teacher: nn.Module, cfg: SlimSwinConfig):
+def kd_loss_fn(teacher: nn.Module, cfg: SlimSwinConfig):
     def loss_fn(model, images, targets):
         logits = model(images)
         with torch.no_grad():
@@ -161,7 +162,7 @@ def _prune_and_finetune(run: Run, req: "RunRequest", cfg: SlimSwinConfig, start_
     last_metrics: list[dict] = []
 
     def saliency_fn(m: nn.Module, it: int) -> list[torch.Tensor]:
-        idx = _sample(len(plain_train), n_sal, recipe.seed * 100_003 + 2 * (offset + it))  # d-hat
+        idx = sample_subset(len(plain_train), n_sal, recipe.seed * 100_003 + 2 * (offset + it))  # d-hat
         loader = DataLoader(IndexedSubset(plain_train, idx), batch_size=recipe.saliency_batch)
         batches = ((x.to(dev), y.to(dev)) for x, y in loader)
         sal = _same_on_all_ranks(window_head_saliency(m, batches, F.cross_entropy, reduce=cfg.reduce))
@@ -169,10 +170,10 @@ def _prune_and_finetune(run: Run, req: "RunRequest", cfg: SlimSwinConfig, start_
         return sal
 
     def finetune_fn(m: nn.Module, it: int) -> None:
-        idx = _sample(len(train_set), n_ft, recipe.seed * 100_003 + 2 * (offset + it) + 1)  # D-hat
+        idx = sample_subset(len(train_set), n_ft, recipe.seed * 100_003 + 2 * (offset + it) + 1)  # D-hat
         hist = fit(m, IndexedSubset(train_set, idx), val_set if recipe.eval_iterations else None,
                    replace(iter_cfg, seed=recipe.seed * 1000 + offset + it),
-                   loss_fn=_kd_loss_fn(ref_model, cfg))
+                   loss_fn=kd_loss_fn(ref_model, cfg))
         last_metrics[:] = [hist[-1]]
 
     def on_step(step, m: nn.Module) -> None:
@@ -197,7 +198,7 @@ def _prune_and_finetune(run: Run, req: "RunRequest", cfg: SlimSwinConfig, start_
                             min_lr=cfg.min_lr, seed=recipe.seed, device=str(dev), progress=recipe.progress)
     t1 = time.perf_counter()
     final_set = limited(train_set, recipe.final_train_images)  # the demo's shorter final fine-tune
-    final_hist = fit(model, final_set, val_set, final_cfg, loss_fn=_kd_loss_fn(ref_model, cfg),
+    final_hist = fit(model, final_set, val_set, final_cfg, loss_fn=kd_loss_fn(ref_model, cfg),
                      ckpt_dir=run.phase_dir("final"), on_epoch_end=run.log_epoch) if cfg.final_epochs > 0 else []
     # the final fine-tune's last epoch evaluated this very model on the held-out set; without one, evaluate here
     after = final_hist[-1] if final_hist and "val_acc" in final_hist[-1] else evaluate(model, val_loader, dev)
