@@ -6,14 +6,17 @@ shared: ratios measured in the same run are what to read, not absolute times):
 
 1. peak RSS of a streamed attention extraction (``vit_demo``, full maps, float32) over ``--big``
    demo images against ``--small`` (each in a fresh process; RSS includes the interpreter and torch);
-2. images/s of the streamed extraction (DataLoader, extraction, zarr writes) against a plain forward
-   with the same capture (the same hook points on preloaded batches, nothing stored): the demo ViT's full
-   maps (tiny model, 240 kB of maps per image: writing dominates), and DeiT-Tiny's CLS rows at 224
-   (compute dominates);
+2. images/s of the streamed extraction (DataLoader, extraction, zarr writes; model and template set-up
+   included) against a plain forward with the same capture (the same hook points on preloaded batches,
+   nothing stored), for three workloads: the demo ViT's full maps (tiny model, 240 kB of float32 maps
+   per 0.4 ms of compute: writing dominates), DeiT-Tiny's full maps at 224 (5.6 MB per image) and
+   DeiT-Tiny's CLS rows at 224 (compute dominates); for the full maps also the same streamed run with
+   the store writes skipped, which separates the pipeline's own cost from zarr's compression and writes;
 3. CLS rows only (computed beside timm's fused attention) against timm's plain fused forward;
 4. full attention maps (``extract_attention``, Dataset included) against the plain fused forward;
 5. one process against two (``torchrun --nproc_per_node 2``), whole command wall time, with the wall
-   time of an 8-image run of each subtracted as start-up;
+   time of an 8-image run of each subtracted as start-up, for a write-bound workload (the demo ViT's
+   full maps) and a compute-bound one (DeiT-Tiny's CLS rows);
 6. a dask reduction of the big store (per-class mean) against loading it whole (time, peak RSS);
 7. store sizes on disk;
 8. a DeiT-S-sized model (``deit_small_patch16_224``, random weights) at 224 over ``--deit-images`` demo
@@ -54,12 +57,12 @@ def env(threads: int) -> dict:
 
 
 def child(args) -> None:
-    """One measurement in a fresh process; prints a JSON line."""
-    import torch
-
-    torch.set_num_threads(args.threads)
+    """One measurement in a fresh process; prints a JSON line (reductions do not import torch)."""
     t0 = time.perf_counter()
     if args.child == "stream":
+        import torch
+
+        torch.set_num_threads(args.threads)
         from workbench.stream import StreamOptions, stream_analysis
 
         torch.manual_seed(0)
@@ -102,74 +105,78 @@ def timed(fn, repeats: int) -> float:
 
 
 def in_process(args, tmp: Path) -> dict:
-    """Measurements 2-4 in this process (interleaved best-of-N)."""
+    """Measurements 2-4 in this process (best of ``--repeats`` after a warm-up, side by side)."""
     import timm
     import torch
 
+    import workbench.stream as stream
     from workbench.analysis.attention import attention_points, extract_attention, record
     from workbench.analysis.attention_rows import extract_attention_rows
     from workbench.data import load_images
     from workbench.models import create_model
-    from workbench.stream import StreamOptions, stream_analysis
 
     torch.set_num_threads(args.threads)
     out = {}
-    # 2. streamed vs the same capture on preloaded batches (demo ViT, full maps)
+    runs = iter(range(10_000))
+    write_chunk = stream.write_chunk
+
+    def streamed(model_name: str, spec: str, bs: int, workers: int, queries: str = "all", write: bool = True):
+        def fn():
+            path = tmp / f"rate-{next(runs)}.zarr"
+            torch.manual_seed(0)
+            stream.write_chunk = write_chunk if write else (lambda *a, **k: None)  # diagnostic: the same run, no writes
+            try:
+                stream.stream_analysis("attention", model_name, spec, path, device="cpu", progress=False,
+                                       opts=stream.StreamOptions(batch_size=bs, chunk=2 * bs, queries=queries, workers=workers))
+            finally:
+                stream.write_chunk = write_chunk
+                shutil.rmtree(path, ignore_errors=True)
+        return fn
+
+    def captured(model, x, bs: int, rows: bool = False):
+        names = [p.name for p in attention_points(model)]
+
+        def fn():
+            for i in range(0, len(x), bs):
+                if rows:
+                    extract_attention_rows(model, x[i:i + bs], queries=[0])
+                else:
+                    [c.numpy() for c in record(model, x[i:i + bs], names).values()]
+        return fn
+
+    # 2a. write-bound: the demo ViT's full maps (240 kB of float32 maps per image, 0.4 ms of compute)
+    n, bs = args.rate_images, 50
     torch.manual_seed(0)
-    model = create_model("vit_demo").eval()
-    spec = f"demo:val[:{args.rate_images}]"
+    demo = create_model("vit_demo").eval()
+    spec = f"demo:train[:{n}]"
     x = load_images(spec, input_size=(1, 28, 28)).tensor
-    names = [p.name for p in attention_points(model)]
-    bs = 50
-
-    def capture():
-        for i in range(0, len(x), bs):
-            cache = record(model, x[i:i + bs], names)
-            [c.numpy() for c in cache.values()]
-
-    runs = iter(range(1000))
-
-    def streamed():
-        path = tmp / f"rate-{next(runs)}.zarr"
-        torch.manual_seed(0)
-        stream_analysis("attention", "vit_demo", spec, path, device="cpu", progress=False,
-                        opts=StreamOptions(batch_size=bs, chunk=100, workers=args.workers))
-        shutil.rmtree(path)
-
-    t_cap, t_stream = timed(capture, args.repeats), timed(streamed, args.repeats)
-    out["capture_img_s"], out["stream_img_s"] = len(x) / t_cap, len(x) / t_stream
-    # 2b. the same where compute dominates: DeiT-Tiny at 224, CLS rows, digits resized to 224 RGB
-    n, bs2 = args.rate_deit_images, 16
-    spec2 = f"demo:val[:{n}]"
+    t_cap = timed(captured(demo, x, bs), args.repeats)
+    t_str = timed(streamed("vit_demo", spec, bs, 0), args.repeats)
+    t_nw = timed(streamed("vit_demo", spec, bs, 0, write=False), args.repeats)
+    out["demo"] = (n / t_cap, n / t_str, n / t_nw)
+    # 2b, 2c. DeiT-Tiny at 224 (digits resized to 224 RGB by one DataLoader worker): full maps (5.6 MB per image), CLS rows
+    n, bs = args.rate_deit_images, 16
+    spec = f"demo:train[:{n}]"
     torch.manual_seed(0)
     tiny = timm.create_model("deit_tiny_patch16_224", pretrained=False).eval()
-    x2 = load_images(spec2, input_size=(3, 224, 224)).tensor
-
-    def rows_capture():
-        for i in range(0, n, bs2):
-            extract_attention_rows(tiny, x2[i:i + bs2], queries=[0])
-
-    def rows_streamed():
-        path = tmp / f"rate-{next(runs)}.zarr"
-        torch.manual_seed(0)
-        stream_analysis("attention", "deit_tiny_patch16_224", spec2, path, device="cpu", progress=False,
-                        opts=StreamOptions(batch_size=bs2, chunk=2 * bs2, queries="cls", workers=args.workers))
-        shutil.rmtree(path)
-
-    t_rc, t_rs = timed(rows_capture, 1), timed(rows_streamed, 1)
-    out["rows_capture_img_s"], out["rows_stream_img_s"] = n / t_rc, n / t_rs
-    # 3, 4. DeiT-Tiny at 224: fused forward vs CLS rows vs full maps (Dataset included)
-    torch.manual_seed(0)
-    deit = timm.create_model("deit_tiny_patch16_224", pretrained=False).eval()
+    x = load_images(spec, input_size=(3, 224, 224)).tensor
+    t_cap = timed(captured(tiny, x, bs), 1)
+    t_str = timed(streamed("deit_tiny_patch16_224", spec, bs, 1), 1)
+    t_nw = timed(streamed("deit_tiny_patch16_224", spec, bs, 1, write=False), 1)
+    out["deit_full"] = (n / t_cap, n / t_str, n / t_nw)
+    t_cap = timed(captured(tiny, x, bs, rows=True), 1)
+    t_str = timed(streamed("deit_tiny_patch16_224", spec, bs, 1, queries="cls"), 1)
+    out["deit_rows"] = (n / t_cap, n / t_str)
+    # 3, 4. DeiT-Tiny at 224, one batch: fused forward vs CLS rows vs full maps (Dataset included)
     xi = torch.randn(args.deit_batch, 3, 224, 224)
 
     def fused():
         with torch.no_grad():
-            deit(xi)
+            tiny(xi)
 
     t_fwd = timed(fused, args.repeats)
-    t_rows = timed(lambda: extract_attention_rows(deit, xi, queries=[0]), args.repeats)
-    t_full = timed(lambda: extract_attention(deit, xi), args.repeats)
+    t_rows = timed(lambda: extract_attention_rows(tiny, xi, queries=[0]), args.repeats)
+    t_full = timed(lambda: extract_attention(tiny, xi), args.repeats)
     t_fwd = min(t_fwd, timed(fused, args.repeats))  # again, after the others: load drift
     out.update(fused_ms=1e3 * t_fwd, rows_ms=1e3 * t_rows, full_ms=1e3 * t_full)
     return out
@@ -199,22 +206,29 @@ def deit_s(args, tmp: Path) -> dict:
 
 
 def processes(args, tmp: Path) -> dict:
-    """5. one vs two processes: whole-command wall time, minus an 8-image run of each as start-up."""
-    def wall(n: int, images: str) -> float:
-        out = tmp / f"proc{n}-{images.count(':')}-{time.time_ns()}.zarr"
+    """5. one vs two processes: whole-command wall time, minus an 8-image run of each as start-up; a write-bound
+    workload (the demo ViT's full maps) and a compute-bound one (DeiT-Tiny's CLS rows at 224)."""
+    def wall(n: int, model: str, images: str, extra: list[str]) -> float:
+        out = tmp / f"proc{n}-{time.time_ns()}.zarr"
         launch = [sys.executable] if n == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
                                                    "--nproc_per_node", str(n)]
-        cmd = launch + ["-m", "workbench.cli", "analyze", "attention", "--model", "vit_demo", "--images", images,
-                        "--batch-size", "50", "--chunk", "100", "--workers", "0", "--device", "cpu", "--out", str(out)]
+        cmd = launch + ["-m", "workbench.cli", "analyze", "attention", "--model", model, "--images", images,
+                        "--device", "cpu", "--out", str(out), *extra]
         t0 = time.perf_counter()
         subprocess.run(cmd, env=env(1), check=True, capture_output=True)
         t = time.perf_counter() - t0
         shutil.rmtree(out)
         return t
 
-    spec = f"demo:train[:{args.big}]"
-    res = {f"wall_{n}p": wall(n, spec) for n in (1, 2)}
-    res.update({f"startup_{n}p": wall(n, "demo:val[:8]") for n in (1, 2)})
+    res = {}
+    for key, model, n, extra in [
+        ("demo", "vit_demo", args.big, ["--batch-size", "50", "--chunk", "100", "--workers", "0"]),
+        ("rows", "deit_tiny_patch16_224", args.proc_deit_images, ["--queries", "cls", "--batch-size", "16", "--chunk", "16",
+                                                                  "--workers", "1"]),
+    ]:
+        for p in (1, 2):
+            res[f"{key}_wall_{p}p"] = wall(p, model, f"demo:train[:{n}]", extra)
+            res[f"{key}_startup_{p}p"] = wall(p, model, "demo:val[:8]", extra)
     return res
 
 
@@ -222,9 +236,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--big", type=int, default=4000)
     p.add_argument("--small", type=int, default=500)
-    p.add_argument("--rate-images", type=int, default=1000)
+    p.add_argument("--rate-images", type=int, default=4000)
     p.add_argument("--deit-images", type=int, default=2000)
-    p.add_argument("--rate-deit-images", type=int, default=96)
+    p.add_argument("--rate-deit-images", type=int, default=128)
+    p.add_argument("--proc-deit-images", type=int, default=192)
     p.add_argument("--deit-batch", type=int, default=8)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
@@ -251,25 +266,32 @@ def main() -> None:
                   f"(float32 full maps of vit_demo, blosc lz4 + bitshuffle; {du_mb(big) * 2**20 / args.big / 1e3:.0f} kB per image)")
         if "rate" not in skip:
             r = in_process(args, tmp)
-            print(f"2. streamed {r['stream_img_s']:.0f} img/s vs plain forward with the same capture "
-                  f"{r['capture_img_s']:.0f} img/s: {r['stream_img_s'] / r['capture_img_s']:.2f}x (target >= 0.9x)")
-            print(f"2b. DeiT-Tiny 224, CLS rows, {args.rate_deit_images} digits resized to 224: streamed "
-                  f"{r['rows_stream_img_s']:.1f} img/s vs the same rows on preloaded batches {r['rows_capture_img_s']:.1f} img/s: "
-                  f"{r['rows_stream_img_s'] / r['rows_capture_img_s']:.2f}x (target >= 0.9x)")
+            for key, what in [("demo", f"vit_demo full maps, {args.rate_images} images, no DataLoader worker"),
+                              ("deit_full", f"DeiT-Tiny 224 full maps, {args.rate_deit_images} images, 1 worker")]:
+                cap, st, nw = r[key]
+                print(f"2. {what}: streamed {st:.1f} img/s vs plain forward with the same capture {cap:.1f} img/s: "
+                      f"{st / cap:.2f}x (target >= 0.9x); the same streamed run with the store writes skipped "
+                      f"{nw:.1f} img/s: {nw / cap:.2f}x")
+            cap, st = r["deit_rows"]
+            print(f"2. DeiT-Tiny 224 CLS rows, {args.rate_deit_images} images, 1 worker: streamed {st:.1f} img/s vs the same rows "
+                  f"on preloaded batches {cap:.1f} img/s: {st / cap:.2f}x (target >= 0.9x)")
             print(f"3. DeiT-Tiny 224, batch {args.deit_batch}: CLS rows beside fused attention {r['rows_ms']:.0f} ms vs fused "
                   f"forward {r['fused_ms']:.0f} ms: throughput {r['fused_ms'] / r['rows_ms']:.2f}x (target >= 0.9x)")
             print(f"4. full maps, extract_attention incl. Dataset {r['full_ms']:.0f} ms: {r['full_ms'] / r['fused_ms']:.2f}x "
                   "the fused forward's time (target <= 1.10x)")
         if "procs" not in skip:
             r = processes(args, tmp)
-            net1, net2 = r["wall_1p"] - r["startup_1p"], r["wall_2p"] - r["startup_2p"]
-            print(f"5. {args.big} images, 1 process {r['wall_1p']:.1f} s vs 2 processes {r['wall_2p']:.1f} s: "
-                  f"{r['wall_1p'] / r['wall_2p']:.2f}x whole command; minus start-up ({r['startup_1p']:.1f} s, "
-                  f"{r['startup_2p']:.1f} s): {net1 / net2:.2f}x (target >= 1.7x)")
+            for key, what in [("demo", f"vit_demo full maps, {args.big} images (write-bound)"),
+                              ("rows", f"DeiT-Tiny 224 CLS rows, {args.proc_deit_images} images (compute-bound)")]:
+                w1, w2, s1, s2 = (r[f"{key}_{k}"] for k in ("wall_1p", "wall_2p", "startup_1p", "startup_2p"))
+                print(f"5. {what}: 1 process {w1:.1f} s vs 2 processes {w2:.1f} s: {w1 / w2:.2f}x whole command; minus "
+                      f"start-up ({s1:.1f} s, {s2:.1f} s): {(w1 - s1) / (w2 - s2):.2f}x (target >= 1.7x)")
         if "reduce" not in skip and big.exists():
             lazy, whole = run_child("reduce", "", big, args.threads), run_child("load", "", big, args.threads)
-            print(f"6. per-class mean of {args.big} images' maps: dask {lazy['seconds']:.1f} s, peak RSS {lazy['rss_mb']:.0f} MB "
-                  f"vs loading whole {whole['seconds']:.1f} s, peak RSS {whole['rss_mb']:.0f} MB")
+            lazy_small = run_child("reduce", "", small, args.threads) if small.exists() else None
+            print(f"6. per-class mean of {args.big} images' maps ({du_mb(big):.0f} MB on disk): dask {lazy['seconds']:.1f} s, "
+                  f"peak RSS {lazy['rss_mb']:.0f} MB vs loading whole {whole['seconds']:.1f} s, peak RSS {whole['rss_mb']:.0f} MB"
+                  + (f"; the dask reduction of {args.small} images: peak RSS {lazy_small['rss_mb']:.0f} MB" if lazy_small else ""))
         if "deit" not in skip:
             r = deit_s(args, tmp)
             print(f"8. deit_small_patch16_224 (random weights) at 224, {args.deit_images} demo digits resized to 224 RGB, "

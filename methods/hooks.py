@@ -156,6 +156,9 @@ def select(model_or_points: nn.Module | dict[str, Site], names: Names = None) ->
             suffix = p.rsplit(".", 1)[-1]
             near = [k for k in points if k.endswith(suffix)][:6] or list(points)[:6]
             raise KeyError(f"the model has no hook point {p!r}; e.g. {', '.join(near)}")
+    if not any(c in p for p in patterns for c in "*?["):  # exact names: no pattern matching per point
+        wanted = set(patterns)
+        return {k: v for k, v in points.items() if k in wanted}
     return {k: v for k, v in points.items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
 
 
@@ -193,6 +196,13 @@ def hooks(model: nn.Module, fns: dict[str, Callable[[torch.Tensor, str], torch.T
     for pattern, fn in fns.items():
         for name, site in select(points, pattern).items():
             chosen.append((name, site, fn))
+    with _hooked(chosen):
+        yield
+
+
+@contextlib.contextmanager
+def _hooked(chosen: list[tuple[str, Site, Callable]]) -> Iterator[None]:
+    """Register ``fn`` on each resolved ``(name, site, fn)`` for the duration of the block."""
     handles = []
     try:
         with _flags(site for _, site, _ in chosen):
@@ -249,7 +259,8 @@ def run_with_cache(
             raise _Stop
 
     out = None
-    with hooks(model, {name: keep for name in sites}) if sites else contextlib.nullcontext():
+    # the sites are resolved once (a second walk of the modules per call would cost as much as a small forward)
+    with _hooked([(name, site, keep) for name, site in sites.items()]):
         try:
             out = model(*inputs, **kwargs)
         except _Stop:

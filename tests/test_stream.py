@@ -253,7 +253,7 @@ def test_region_written_twice_or_unaligned_is_refused(tmp_path, ckpt, capsys):
 
 def test_zarr_without_provenance_is_refused(tmp_path, ckpt):
     bare = tmp_path / "bare.zarr"
-    xr.Dataset({"attention": (("sample", "key"), np.zeros((4, 3)))}).to_zarr(bare, zarr_format=3)
+    xr.Dataset({"attention": (("sample", "key"), np.zeros((4, 3)))}).to_zarr(bare, zarr_format=3, consolidated=False)  # a foreign store
     with pytest.raises(StoreError, match="not written by"):
         open_store(bare)
     before = _snapshot(bare)

@@ -274,6 +274,43 @@ def _chunk_data(parts: list[xr.Dataset], opts: StreamOptions) -> xr.Dataset:
                        for n, x in parts[0].data_vars.items() if "sample" in x.dims})
 
 
+class _ChunkBuffers:
+    """Per-sample data of the chunk being filled, batch by batch, in two reusable sets of arrays.
+
+    One set fills while the writer thread writes the other (at most one chunk is in flight), so a
+    chunk costs one copy into memory that is already paged in -- not a fresh allocation and a
+    concatenation per chunk (page faults made that a tenth of the time of a full-map extraction).
+    """
+
+    def __init__(self, chunk: int):
+        self.chunk = chunk
+        self.sets: list[dict[str, np.ndarray] | None] = [None, None]
+        self.dims: dict[str, tuple[str, ...]] = {}
+        self.turn, self.fill = 0, 0
+
+    def add(self, part: xr.Dataset) -> None:
+        """Copy one finished batch (variables along ``sample``) in after the previous ones."""
+        n = part.sizes["sample"]
+        bufs = self.sets[self.turn]
+        if bufs is None:
+            self.dims = {k: x.dims for k, x in part.data_vars.items() if "sample" in x.dims}
+            bufs = self.sets[self.turn] = {
+                k: np.empty(tuple(self.chunk if d == "sample" else part.sizes[d] for d in dims), part[k].dtype)
+                for k, dims in self.dims.items()}
+        for k, dims in self.dims.items():
+            at = dims.index("sample")
+            bufs[k][(slice(None),) * at + (slice(self.fill, self.fill + n),)] = part[k].values
+        self.fill += n
+
+    def take(self) -> xr.Dataset:
+        """The filled chunk (views of this set; the next chunk fills the other set)."""
+        bufs, n = self.sets[self.turn], self.fill
+        ds = xr.Dataset({k: (dims, bufs[k][(slice(None),) * dims.index("sample") + (slice(0, n),)])
+                         for k, dims in self.dims.items()})
+        self.turn, self.fill = 1 - self.turn, 0
+        return ds
+
+
 def _template(first: xr.Dataset, layout: StreamLayout) -> xr.Dataset:
     """``first`` (one batch, finished) grown to the whole store as unwritten dask arrays chunked by ``layout``."""
     import dask.array as da
@@ -403,21 +440,29 @@ def stream_analysis(kind: str, model: str, images: str, out: str | Path, *, chec
         from tqdm.auto import tqdm
 
         bar = tqdm(total=sum(map(len, batches)), desc=f"{kind} -> {out.name} (rank 0 of {world})", unit="img")
-    loader = DataLoader(source, batch_sampler=batches, num_workers=opts.workers if batches else 0, collate_fn=_collate)
-    parts: list[xr.Dataset] = []
+    reuse = first is not None and bool(batches) and batches[0] == first_idx  # rank 0 computed it already
+    loader = DataLoader(source, batch_sampler=batches[reuse:], num_workers=opts.workers if batches[reuse:] else 0,
+                        collate_fn=_collate)
+    loaded_batches = iter(loader)
+    parts: list[xr.Dataset] = []  # running sums of the chunk (layout "chunk")
+    buffers = _ChunkBuffers(opts.chunk)  # per-sample data of the chunk (layout "sample")
     chunk_of = {s: i for i in todo for s in range(*chunk_bounds(layout, i))}
     with ThreadPoolExecutor(max_workers=1) as writer:  # a chunk is compressed and written while the next computes
         pending = None
-        for idx, (x, y) in zip(batches, loader):
-            reuse = first is not None and idx == first_idx
-            parts.append(first.drop_vars(list(first.coords)) if reuse else run((x, y)))
+        for j, idx in enumerate(batches):
+            part = first.drop_vars(list(first.coords)) if (reuse and j == 0) else run(next(loaded_batches))
+            if layout.layout == "sample":
+                buffers.add(part)
+            else:
+                parts.append(part)
             if bar is not None:
                 bar.update(len(idx))
             i = chunk_of[idx[-1]]
             if idx[-1] == chunk_bounds(layout, i)[1] - 1:  # the chunk is complete: write it, then its marker
                 if pending is not None:
                     pending.result()  # at most one chunk in flight: memory stays bounded
-                pending = writer.submit(write_chunk, out, i, _chunk_data(parts, opts), layout)
+                data = buffers.take() if layout.layout == "sample" else _chunk_data(parts, opts)
+                pending = writer.submit(write_chunk, out, i, data, layout)
                 parts = []
         if pending is not None:
             pending.result()

@@ -164,28 +164,23 @@ def extract_attention(
         dims = ("sample", "layer", "head", "query", "key")
     b = attn.shape[0]
     n_heads = attn.shape[dims.index("head")]
-    ds = xr.Dataset(
-        {"attention": (dims, attn)},
-        coords={
-            "sample": np.arange(b),
-            "layer": layer_ids,
-            "head": np.arange(n_heads),
-            "num_heads": ("layer", [max(a.shape[1] for k, a in by_key.items() if k[0] == layer) for layer in layer_ids]),
-            **({"branch": branches} if branches else {}),
-            **layout.coords("query"),
-            **layout.coords("key"),
-        },
-    )
+    data = {"attention": (dims, attn, {"units": "probability", "long_name": "attention probability"})}
+    coords = {
+        "sample": np.arange(b),
+        "layer": layer_ids,
+        "head": np.arange(n_heads),
+        "num_heads": ("layer", [max(a.shape[1] for k, a in by_key.items() if k[0] == layer) for layer in layer_ids]),
+        **({"branch": branches} if branches else {}),
+        **layout.coords("query"),
+        **layout.coords("key"),
+    }
     if "cls" in layout.prefix_kinds:
-        cls = layout.prefix_kinds.index("cls")
         gh, gw = layout.grid
-        rows = ds["attention"].isel(query=cls, key=slice(layout.num_prefix, None)).values  # (..., gh*gw) row-major
-        grid = rows.reshape(*rows.shape[:-1], gh, gw)  # (..., y, x)
-        ds["cls_attention"] = (tuple(d for d in dims if d not in ("query", "key")) + ("y", "x"), grid)
-        ds = ds.assign_coords(y=np.arange(gh), x=np.arange(gw))
-    ds["attention"].attrs.update(units="probability", long_name="attention probability")
-    if "cls_attention" in ds:
-        ds["cls_attention"].attrs.update(units="probability", long_name="CLS-to-patch attention probability")
+        rows = attn[..., layout.prefix_kinds.index("cls"), layout.num_prefix:]  # (..., gh*gw) row-major
+        data["cls_attention"] = (dims[:-2] + ("y", "x"), rows.reshape(*rows.shape[:-1], gh, gw),  # (..., y, x)
+                                 {"units": "probability", "long_name": "CLS-to-patch attention probability"})
+        coords.update(y=np.arange(gh), x=np.arange(gw))
+    ds = xr.Dataset(data, coords=coords)  # one constructor: each later assign would re-align every coordinate
     return ds.assign_attrs(analysis="attention", config=config_json(layers=layer_config(layers)))
 
 

@@ -120,16 +120,15 @@ def extract_attention_rows(
     for j, i in enumerate(layer_ids):
         attn[:, j, : rows[i].shape[1]] = rows[i].float().cpu().numpy()
     qcoords = {k: (v[0], v[1][qs]) for k, v in layout.coords("query").items()}
-    ds = xr.Dataset(
-        {"attention": (("sample", "layer", "head", "query", "key"), attn)},
-        coords={"sample": np.arange(b), "layer": layer_ids, "head": np.arange(heads),
-                "num_heads": ("layer", [rows[i].shape[1] for i in layer_ids]), **qcoords, **layout.coords("key")},
-    )
-    ds["attention"].attrs.update(units="probability", long_name="attention probability")
+    data = {"attention": (("sample", "layer", "head", "query", "key"), attn,
+                          {"units": "probability", "long_name": "attention probability"})}
+    coords = {"sample": np.arange(b), "layer": layer_ids, "head": np.arange(heads),
+              "num_heads": ("layer", [rows[i].shape[1] for i in layer_ids]), **qcoords, **layout.coords("key")}
     if "cls" in layout.prefix_kinds and layout.prefix_kinds.index("cls") in qs:
         gh, gw = layout.grid
         row = attn[:, :, :, qs.index(layout.prefix_kinds.index("cls")), layout.num_prefix:]  # (B, L, heads, gh*gw)
-        ds["cls_attention"] = (("sample", "layer", "head", "y", "x"), row.reshape(*row.shape[:-1], gh, gw))
-        ds = ds.assign_coords(y=np.arange(gh), x=np.arange(gw))
-        ds["cls_attention"].attrs.update(units="probability", long_name="CLS-to-patch attention probability")
+        data["cls_attention"] = (("sample", "layer", "head", "y", "x"), row.reshape(*row.shape[:-1], gh, gw),
+                                 {"units": "probability", "long_name": "CLS-to-patch attention probability"})
+        coords.update(y=np.arange(gh), x=np.arange(gw))
+    ds = xr.Dataset(data, coords=coords)  # one constructor (each later assign re-aligns every coordinate)
     return ds.assign_attrs(analysis="attention_rows", config=config_json(layers=layer_config(layers), queries=qs))
