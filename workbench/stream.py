@@ -262,16 +262,12 @@ def _finish_batch(ds: xr.Dataset, labels: np.ndarray, opts: StreamOptions, coord
     return ds.assign(label=("sample", np.asarray(labels, dtype=np.int64)))
 
 
-def _chunk_data(parts: list[xr.Dataset], opts: StreamOptions) -> xr.Dataset:
-    if opts.reduce in ("mean", "sum"):
-        total = parts[0]
-        for p in parts[1:]:
-            total = total + p  # batch order is fixed: the same sums on any number of ranks
-        return xr.Dataset({n: x.expand_dims("chunk").assign_attrs(parts[0][n].attrs) for n, x in total.data_vars.items()})
-    if len(parts) == 1:
-        return parts[0]
-    return xr.Dataset({n: (x.dims, np.concatenate([p[n].values for p in parts], axis=x.dims.index("sample")))
-                       for n, x in parts[0].data_vars.items() if "sample" in x.dims})
+def _chunk_sums(parts: list[xr.Dataset]) -> xr.Dataset:
+    """A chunk's running sums (layout ``"chunk"``): its batches' sums added in batch order, along a ``chunk`` dim."""
+    total = parts[0]
+    for p in parts[1:]:
+        total = total + p  # batch order is fixed: the same sums on any number of ranks
+    return xr.Dataset({n: x.expand_dims("chunk").assign_attrs(parts[0][n].attrs) for n, x in total.data_vars.items()})
 
 
 class _ChunkBuffers:
@@ -412,7 +408,7 @@ def stream_analysis(kind: str, model: str, images: str, out: str | Path, *, chec
         first = run(first_idx, coords=True)
         # provenance from the (small, numpy) first batch: stamping the dask template could compute it whole
         attrs = stamp(first, loaded.source, source.source).attrs
-        template = _template(_chunk_data([first], opts), layout).assign_attrs(attrs)
+        template = _template(_chunk_sums([first]) if layout.layout == "chunk" else first, layout).assign_attrs(attrs)
         if layout.layout == "sample":
             template = template.assign_coords(sample=np.asarray(source.source.indices, dtype=np.int64))
         template.attrs["config"] = config_json(extractor=json.loads(first.attrs.get("config", "{}")),
@@ -461,7 +457,7 @@ def stream_analysis(kind: str, model: str, images: str, out: str | Path, *, chec
             if idx[-1] == chunk_bounds(layout, i)[1] - 1:  # the chunk is complete: write it, then its marker
                 if pending is not None:
                     pending.result()  # at most one chunk in flight: memory stays bounded
-                data = buffers.take() if layout.layout == "sample" else _chunk_data(parts, opts)
+                data = buffers.take() if layout.layout == "sample" else _chunk_sums(parts)
                 pending = writer.submit(write_chunk, out, i, data, layout)
                 parts = []
         if pending is not None:

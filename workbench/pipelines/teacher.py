@@ -177,7 +177,9 @@ def find_teachers(arch: str, profile: "str | Profile", data: str | None) -> list
         if (c.get("method") == "teacher" and c.get("profile") == profile and m.get("status") == "complete"
                 and want in (None, c.get("data")) and (m.get("arch") == arch or c.get("model_name") == default)):
             found.append(run)
-    return sorted(found, key=lambda r: r.manifest.get("completed", ""), reverse=True)
+    # "completed" has one-second resolution: two runs completed within a second are told apart by the manifest's mtime
+    return sorted(found, key=lambda r: (r.manifest.get("completed", ""), (r.dir / "manifest.json").stat().st_mtime_ns),
+                  reverse=True)
 
 
 def _classes(data: str) -> list[str]:
