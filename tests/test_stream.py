@@ -23,29 +23,26 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    """Seeded random weights of the demo ViT (a timm name + checkpoint: no training needed)."""
+def _seeded_vit(folder: Path, seed: int) -> str:
+    """Seeded random weights of the demo ViT as a safetensors file (a timm name + checkpoint: no training needed)."""
     from safetensors.torch import save_file
 
     from workbench.models import create_model
 
-    torch.manual_seed(1)
-    path = tmp_path_factory.mktemp("ckpt") / "vit.safetensors"
+    torch.manual_seed(seed)
+    path = folder / "vit.safetensors"
     save_file(create_model("vit_demo").state_dict(), str(path))
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return _seeded_vit(tmp_path_factory.mktemp("ckpt"), 1)
 
 
 @pytest.fixture(scope="module")
 def other_ckpt(tmp_path_factory):
-    from safetensors.torch import save_file
-
-    from workbench.models import create_model
-
-    torch.manual_seed(2)
-    path = tmp_path_factory.mktemp("ckpt2") / "vit2.safetensors"
-    save_file(create_model("vit_demo").state_dict(), str(path))
-    return str(path)
+    return _seeded_vit(tmp_path_factory.mktemp("ckpt2"), 2)
 
 
 def _stream(out, ckpt, kind="attention", images="demo:val[:24]", **opts):

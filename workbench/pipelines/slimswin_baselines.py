@@ -44,11 +44,11 @@ from methods.slimswin import (
     swin_layers,
     uniform_masks,
 )
-from methods.train import TrainConfig, atomic_save_safetensors, cpu_threads, evaluate, fit, resolve_device
+from methods.train import atomic_save_safetensors, cpu_threads, evaluate, fit, resolve_device
 from workbench.models import create_model, load_model, read_state_dict
 from workbench.pipelines.common import IndexedSubset, limited
 from workbench.pipelines.heldout import correctness
-from workbench.pipelines.slimswin_run import kd_loss_fn, sample_subset
+from workbench.pipelines.slimswin_run import final_train_config, iteration_train_config, kd_loss_fn, sample_subset
 from workbench.runs import Run, RunError, atomic_write_text
 
 if TYPE_CHECKING:
@@ -134,9 +134,7 @@ def _finetune(run, teacher, cfg, recipe, profile, data, device, choice, num_prun
     val_loader = DataLoader(val_set, batch_size=256)
     iterations = -(-num_pruned // cfg.step_pairs)  # Algorithm 1's iteration count to reach these pairs
     n_ft = max(recipe.batch_size, round(cfg.finetune_fraction * len(train_set)))
-    iter_cfg = TrainConfig(epochs=cfg.iteration_epochs, batch_size=recipe.batch_size, lr=cfg.lr,
-                           weight_decay=cfg.weight_decay, sched="constant", warmup_epochs=0, device=str(dev),
-                           progress=False)
+    iter_cfg = iteration_train_config(cfg, recipe, dev)
     state = run.phase_dir("iterations") / "state.safetensors"
     done = 0
     if state.exists():
@@ -154,10 +152,7 @@ def _finetune(run, teacher, cfg, recipe, profile, data, device, choice, num_prun
     before = evaluate(model, val_loader, dev)
     teacher_metrics = evaluate(ref_model, val_loader, dev)
     iter_time = time.perf_counter() - t0
-    final_cfg = TrainConfig(epochs=cfg.final_epochs, batch_size=recipe.batch_size, lr=cfg.lr,
-                            weight_decay=cfg.weight_decay, sched="cosine",
-                            warmup_epochs=cfg.warmup_fraction * cfg.final_epochs, warmup_lr=cfg.min_lr,
-                            min_lr=cfg.min_lr, seed=recipe.seed, device=str(dev), progress=recipe.progress)
+    final_cfg = final_train_config(cfg, recipe, dev)
     t1 = time.perf_counter()
     hist = fit(model, limited(train_set, recipe.final_train_images), val_set, final_cfg, loss_fn=kd_loss_fn(ref_model, cfg),
                ckpt_dir=run.phase_dir("final"), on_epoch_end=run.log_epoch) if cfg.final_epochs > 0 else []

@@ -65,6 +65,20 @@ def kd_loss_fn(teacher: nn.Module, cfg: SlimSwinConfig):
     return loss_fn
 
 
+def iteration_train_config(cfg: SlimSwinConfig, recipe, dev) -> TrainConfig:
+    """The short fine-tune after each of Algorithm 1's pruning steps: constant learning rate, no warm-up (the
+    caller sets the seed per iteration)."""
+    return TrainConfig(epochs=cfg.iteration_epochs, batch_size=recipe.batch_size, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                       sched="constant", warmup_epochs=0, device=str(dev), progress=False)
+
+
+def final_train_config(cfg: SlimSwinConfig, recipe, dev) -> TrainConfig:
+    """The final fine-tune's schedule (Algorithm 1, line 20): cosine with warm-up over ``cfg.final_epochs``."""
+    return TrainConfig(epochs=cfg.final_epochs, batch_size=recipe.batch_size, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                       sched="cosine", warmup_epochs=cfg.warmup_fraction * cfg.final_epochs, warmup_lr=cfg.min_lr,
+                       min_lr=cfg.min_lr, seed=recipe.seed, device=str(dev), progress=recipe.progress)
+
+
 def _state_metadata(steps: list[dict]) -> dict[str, str]:
     return {"steps": json.dumps(steps)}
 
@@ -155,9 +169,7 @@ def _prune_and_finetune(run: Run, req: "RunRequest", cfg: SlimSwinConfig, start_
     offset = len(steps)
     n_sal = cfg.saliency_samples
     n_ft = max(recipe.batch_size, round(cfg.finetune_fraction * len(train_set)))
-    iter_cfg = TrainConfig(epochs=cfg.iteration_epochs, batch_size=recipe.batch_size, lr=cfg.lr,
-                           weight_decay=cfg.weight_decay, sched="constant", warmup_epochs=0, device=str(dev),
-                           progress=False)
+    iter_cfg = iteration_train_config(cfg, recipe, dev)
     last_saliency: list[list[torch.Tensor]] = []
     last_metrics: list[dict] = []
 
@@ -192,10 +204,7 @@ def _prune_and_finetune(run: Run, req: "RunRequest", cfg: SlimSwinConfig, start_
     iter_time = time.perf_counter() - t0
 
     # --- final fine-tune on the full training set (Algorithm 1, line 20), resumable per epoch
-    final_cfg = TrainConfig(epochs=cfg.final_epochs, batch_size=recipe.batch_size, lr=cfg.lr,
-                            weight_decay=cfg.weight_decay, sched="cosine",
-                            warmup_epochs=cfg.warmup_fraction * cfg.final_epochs, warmup_lr=cfg.min_lr,
-                            min_lr=cfg.min_lr, seed=recipe.seed, device=str(dev), progress=recipe.progress)
+    final_cfg = final_train_config(cfg, recipe, dev)
     t1 = time.perf_counter()
     final_set = limited(train_set, recipe.final_train_images)  # the demo's shorter final fine-tune
     final_hist = fit(model, final_set, val_set, final_cfg, loss_fn=kd_loss_fn(ref_model, cfg),
