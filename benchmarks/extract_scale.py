@@ -270,7 +270,7 @@ def main() -> None:
     p.add_argument("--rate-images", type=int, default=4000)
     p.add_argument("--deit-images", type=int, default=2000)
     p.add_argument("--rate-deit-images", type=int, default=256)
-    p.add_argument("--proc-deit-images", type=int, default=384)
+    p.add_argument("--proc-deit-images", type=int, default=768)
     p.add_argument("--deit-batch", type=int, default=8)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
