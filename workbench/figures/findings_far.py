@@ -1,37 +1,28 @@
 """Verdicts of the FAR items' findings (papers/000), computed from the items' own Datasets (no torch, no runs).
 
 Each ``*_verdict(*datasets) -> Verdict`` is the ``test`` of a :class:`~workbench.figures.Finding` registered in
-:mod:`workbench.figures.far`; noise is the spread over the held-out / analysis images (normal intervals of a
-mean over images, binomial intervals of accuracies, :mod:`workbench.stats`).
+:mod:`workbench.figures.far`; noise is the spread over the held-out / analysis images (Student t intervals of a
+mean over images, paired intervals of accuracy differences where per-image correctness is stored,
+:mod:`workbench.stats`). The token-map rules are in :mod:`workbench.figures.findings_far_maps`.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import xarray as xr
 
 from workbench.figures import Verdict
-from workbench.stats import diff_interval, paired_diff_interval, z_for
+from workbench.figures.findings_far_maps import mean_ci
+from workbench.figures.verdicts import fmt_diff, paired
+from workbench.stats import diff_interval
 
-__all__ = ["agreement_headline", "agreement_verdict", "table1_verdict", "table3_verdict", "retention_verdict",
-           "diagonal_verdict", "diagonal_share", "cls_verdict", "table2_verdict"]
-
-
-def _mean_ci(values: np.ndarray) -> tuple[float, float, float]:
-    """Mean over images and its 95% normal interval (``values``: one per image)."""
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    if v.size == 0:
-        return math.nan, math.nan, math.nan
-    half = z_for() * v.std(ddof=1) / math.sqrt(v.size) if v.size > 1 else math.inf
-    return float(v.mean()), float(v.mean() - half), float(v.mean() + half)
+__all__ = ["agreement_headline", "agreement_verdict", "table1_diffs", "table1_verdict", "table3_verdict", "retention_verdict",
+           "table2_verdict"]
 
 
 def _per_layer(ds: xr.Dataset, view: str, model: str, metric: str = "spearman") -> dict[int, tuple[float, float, float]]:
     da = ds[metric].sel(view=view, model=model)
-    return {int(layer): _mean_ci(da.sel(layer=layer).values) for layer in da["layer"].values
+    return {int(layer): mean_ci(da.sel(layer=layer).values) for layer in da["layer"].values
             if np.isfinite(da.sel(layer=layer).values).any()}
 
 
@@ -80,23 +71,32 @@ def _delta(a: float, b: float, n: int) -> tuple[float, float, float, str]:
     return a - b, lo, hi, f"{100 * (a - b):+.1f} points (95% CI {100 * lo:+.1f} … {100 * hi:+.1f})"
 
 
-def table1_verdict(ds: xr.Dataset) -> Verdict:
-    """FAR and FAR† keep the teacher's top-1: neither is worse than the teacher beyond the binomial noise.
-
-    Unpaired intervals over the held-out images (the runs store accuracies, not per-image predictions: conservative
-    for models that err on the same images). Shown: neither worse beyond noise; partly: one of the two; not shown: both.
-    """
+def table1_diffs(ds: xr.Dataset) -> dict[str, tuple[float, float, float]]:
+    """FAR − teacher and FAR† − teacher top-1 on the same held-out images, paired image by image: kind -> (difference,
+    95 % low, high) from ``correct(row, heldout_sample)`` (far.runs)."""
+    if "correct" not in ds:
+        raise ValueError("far.runs holds no per-image correctness ('correct'): it was stored by an older workbench; "
+                         "redraw with `workbench figures far --force` to recompute it")
     rows = {str(k): i for i, k in enumerate(ds["kind"].values)}
-    acc = {k: float(ds["val_acc"].values[i]) for k, i in rows.items()}
-    n = int(ds["val_images"].values[rows["FAR"]])
-    far, pruned = _delta(acc["FAR"], acc["DeiT"], n), _delta(acc["FAR†"], acc["DeiT"], n)
-    stat = f"FAR − teacher {far[3]}; FAR† − teacher {pruned[3]}; {n} held-out images"
-    worse = [name for name, d in (("FAR", far), ("FAR†", pruned)) if d[2] < 0]
+    c = ds["correct"].values.astype(float)  # (row, heldout_sample)
+    return {k: paired(c[rows[k]], c[rows["DeiT"]]) for k in ("FAR", "FAR†")}
+
+
+def table1_verdict(ds: xr.Dataset) -> Verdict:
+    """FAR and FAR† keep the teacher's top-1 (Table 1): neither is worse than the teacher beyond noise.
+
+    Paired intervals over the held-out images (each model's per-image correctness, ``correct``; the same interval
+    compare.table1 reports). Shown: neither worse beyond noise; partly: one of the two; not shown: both.
+    """
+    d = table1_diffs(ds)
+    n = int(ds.sizes["heldout_sample"])
+    stat = f"FAR − teacher {fmt_diff(*d['FAR'])}; FAR† − teacher {fmt_diff(*d['FAR†'])}; paired over {n} held-out images"
+    worse = [name for name, (_, _, hi) in d.items() if hi < 0]
     if not worse:
         return Verdict("shown", stat)
     if len(worse) == 1:
-        return Verdict("partly", stat, f"{worse[0]} is below the teacher beyond the binomial noise")
-    return Verdict("not shown", stat, "FAR and FAR† are both below the teacher beyond the binomial noise")
+        return Verdict("partly", stat, f"{worse[0]} is below the teacher beyond noise")
+    return Verdict("not shown", stat, "FAR and FAR† are both below the teacher beyond noise")
 
 
 def table3_verdict(ds: xr.Dataset) -> Verdict:
@@ -137,87 +137,6 @@ def retention_verdict(ds: xr.Dataset) -> Verdict:
     if spread >= 0.05:
         return Verdict("partly", stat, "the kept share varies across layers and directions, but by less than 20 points")
     return Verdict("not shown", stat, "every layer and direction keeps about the same share")
-
-
-def diagonal_share(ds: xr.Dataset, model: str, layer: int, width: int = 1) -> np.ndarray:
-    """Per image: the share of each patch query's (row-normalised, head-averaged) map on keys at most ``width``
-    positions from it in the token sequence (the near-diagonal band of the T×T heatmap), mean over patch queries."""
-    m = ds["map"].sel(model=model, layer=layer).mean("head")  # (sample, query, key)
-    patch_q = ds["key_kind"].values[ds["query"].values] == "patch" if "key_kind" in ds.coords else \
-        np.ones(ds.sizes["query"], bool)
-    patch_k = ds["key_kind"].values == "patch" if "key_kind" in ds.coords else np.ones(ds.sizes["key"], bool)
-    v = np.abs(m.values)[:, patch_q][:, :, patch_k].astype(float)  # (sample, patch queries, patch keys)
-    v = v / np.clip(v.sum(-1, keepdims=True), 1e-30, None)
-    q = ds["query"].values[patch_q][:, None]
-    k = ds["key"].values[patch_k][None, :]
-    band = np.abs(q - k) <= width
-    return (v * band).sum(-1).mean(-1)
-
-
-def diagonal_verdict(layer_of):
-    """FAR's dependency is more concentrated near the diagonal (self and neighbouring tokens) than the teacher's
-    attention (§4.3, Fig. 6; App. C.2, Fig. 12–14), in the block ``layer_of(ds)``; paired over the analysis images.
-
-    Shown: FAR saliency's near-diagonal share exceeds the teacher attention's beyond noise; not shown: not above it
-    beyond noise (with fewer than 3 images no interval exists: then 'partly' when it is larger on every image).
-    """
-
-    def test(ds: xr.Dataset) -> Verdict:
-        layer = int(layer_of(ds))
-        far, att = diagonal_share(ds, "FAR saliency", layer), diagonal_share(ds, "teacher attention", layer)
-        band = 3 / ds.sizes["key"]  # a uniform row's share of the band (3 keys of T)
-        stat = (f"block {layer}: share of each row on itself and its sequence neighbours — FAR saliency "
-                f"{100 * far.mean():.0f}%, teacher attention {100 * att.mean():.0f}% (uniform ≈ {100 * band:.0f}%)")
-        if far.size >= 3:
-            lo, hi = paired_diff_interval(far, att)
-            stat += f"; difference {100 * (far.mean() - att.mean()):+.0f} points (95% CI {100 * lo:+.0f} … {100 * hi:+.0f}, "
-            stat += f"{far.size} images)"
-            if lo > 0:
-                return Verdict("shown", stat)
-            return Verdict("not shown", stat, "FAR's near-diagonal share is not above the teacher attention's beyond noise")
-        stat += f" ({far.size} images: too few for an interval)"
-        if (far > att).all():
-            return Verdict("partly", stat, "larger on every image, but too few images to tell it from noise")
-        return Verdict("not shown", stat, "FAR's near-diagonal share is not above the teacher attention's")
-
-    return test
-
-
-def cls_verdict(layer_of):
-    """FAR's CLS saliency focuses where the teacher's CLS attention does (§4.3, Fig. 5; App. C.1, Fig. 9–11): Pearson
-    r over the patches of the head-averaged maps, per image, in the block ``layer_of(ds)``.
-
-    Shown: the mean r is at least 0.5 and above zero beyond noise (normal interval over the images); partly: above
-    zero beyond noise but below 0.5; not shown: within noise of zero or below (with fewer than 3 images: 'partly'
-    at best, when r > 0 on every image).
-    """
-
-    def test(ds: xr.Dataset) -> Verdict:
-        layer = int(layer_of(ds))
-        t = ds["cls_map"].sel(model="teacher attention", layer=layer).mean("head")
-        f = ds["cls_map"].sel(model="FAR saliency", layer=layer).mean("head")
-        r = []
-        for s in ds["sample"].values:
-            a, b = t.sel(sample=s).values.ravel(), f.sel(sample=s).values.ravel()
-            ok = np.isfinite(a) & np.isfinite(b)
-            r.append(float(np.corrcoef(a[ok], b[ok])[0, 1]) if ok.sum() > 2 and a[ok].std() and b[ok].std() else np.nan)
-        r = np.array(r)
-        mean, lo, hi = _mean_ci(r)
-        stat = f"block {layer}: Pearson r of FAR's CLS saliency with the teacher's CLS attention over the patches, " \
-               f"{mean:.2f} (per image {', '.join(f'{v:.2f}' for v in r)})"
-        if np.isfinite(r).sum() < 3:
-            stat += f" ({np.isfinite(r).sum()} images: too few for an interval)"
-            if np.isfinite(r).all() and (r > 0).all():
-                return Verdict("partly", stat, "positive on every image, but too few images to tell it from noise")
-            return Verdict("not shown", stat, "FAR's CLS map does not follow the teacher's attention")
-        stat += f", 95% CI {lo:.2f} … {hi:.2f} over {np.isfinite(r).sum()} images"
-        if lo > 0 and mean >= 0.5:
-            return Verdict("shown", stat)
-        if lo > 0:
-            return Verdict("partly", stat, "FAR's CLS map follows the teacher's attention above noise, but weakly (r < 0.5)")
-        return Verdict("not shown", stat, "FAR's CLS map is not correlated with the teacher's attention beyond noise")
-
-    return test
 
 
 def table2_verdict(ds: xr.Dataset) -> Verdict:

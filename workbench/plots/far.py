@@ -116,6 +116,15 @@ def _as_grey(image) -> np.ndarray:
     return np.clip(img, 0, 1)
 
 
+OUTLINE_COLOR = "#ff2a2a"  # the digit's outline: red, a hue viridis lacks
+
+
+def _outline(a: Axes, img: np.ndarray, level: float = 0.5) -> None:
+    """The image's strokes as a contour at ``level`` of its grey value, over a map drawn opaque."""
+    if float(img.max()) > level > float(img.min()):
+        a.contour(img, levels=[level], colors=OUTLINE_COLOR, linewidths=1.0)
+
+
 def plot_cls_comparison(
     maps: xr.Dataset,
     image=None,
@@ -124,19 +133,18 @@ def plot_cls_comparison(
     layers: Sequence[int] | None = None,
     heads: Sequence[int] | None = None,
     models: Sequence[str] | None = None,
-    alpha: float = 0.65,
     normalize: Normalize = "none",
     shared_scale: bool = False,
     title: str | None = None,
 ) -> Figure:
-    """CLS-to-patch maps over the image: rows = (layer, model) with models one above the other, columns = heads.
+    """CLS-to-patch maps with the image's outline: rows = (block, model), models one above the other, columns = heads.
 
     Args:
         maps: :func:`~workbench.analysis.token_maps.stack_maps` output with ``cls_map``.
-        image: the sample's image ``(H, W)`` or ``(H, W, 3)`` in [0, 1]; ``None`` shows the patch grid only.
+        image: the sample's image ``(H, W)`` or ``(H, W, 3)`` in [0, 1], drawn as an outline over the opaque map (so
+            every cell keeps its colour-bar colour); ``None`` shows the patch grid only.
         sample: sample label; ``None`` for the first.
         layers: layer labels (default all); heads: head labels (default all); models: model labels (default all).
-        alpha: opacity of the map over the image.
         normalize: ``"none"`` (default) values as stored — each head's CLS row keeps its size, so a weak
             head looks weak; ``"row"`` each head's CLS row over the patches sums to 1.
         shared_scale: one colour scale for all rows in the same unit; default one per row, shared by its
@@ -172,15 +180,14 @@ def plot_cls_comparison(
         norm = mcolors.Normalize(0, tops[r])
         for c, h in enumerate(heads):
             a = axes[r, c]
+            a.imshow(panels[r][c], cmap=_cmap(), norm=norm, extent=extent, interpolation="nearest")
             if img is not None:
-                a.imshow(img, cmap="gray", vmin=0, vmax=1)
-            a.imshow(panels[r][c], cmap=_cmap(), norm=norm, extent=extent, alpha=alpha if img is not None else 1.0,
-                     interpolation="nearest")
+                _outline(a, img)
             a.set_xlim(extent[0], extent[1])
             a.set_ylim(extent[2], extent[3])
             a.set_xticks([])
             a.set_yticks([])
-            a.set_title(f"layer {int(lay)} · head {int(h)}", fontsize="small")
+            a.set_title(f"block {int(lay)} · head {int(h)}", fontsize="small")
             if c == 0:
                 a.set_ylabel(f"{m}", fontsize="small")
         if r not in last_of_group:
@@ -195,6 +202,59 @@ def plot_cls_comparison(
         cbar.set_label(label, fontsize="x-small")
         cbar.ax.tick_params(labelsize="x-small")
     fig.suptitle(title or f"CLS → patch dependency, teacher vs FAR · sample {sample}")
+    return fig
+
+
+def plot_cls_heads(maps: xr.Dataset, *, layer: int, sample, models: Sequence[str], image=None,
+                   title: str | None = None) -> Figure:
+    """One block's CLS-to-patch maps, one row per model: every head of ``sample``, the head mean of that image, and
+    the head mean over all of ``maps``' images (what a verdict over heads and images measures).
+
+    Args:
+        maps: :func:`~workbench.analysis.token_maps.stack_maps` output with ``cls_map`` (values as stored).
+        layer: block label; sample: the image drawn per head; models: one row each, top to bottom.
+        image: that sample's image in [0, 1], drawn as a red outline over the (opaque) maps of that image.
+        title: figure title (the layout note is added below it).
+
+    Returns:
+        The Figure; each row has its own colour scale and colour bar naming its unit. Heads are titled per model
+        ("<model> head n"): the models' heads do not correspond.
+    """
+    da = maps["cls_map"].sel(layer=layer)
+    heads = [int(h) for h in da["head"].values]
+    n = da.sizes["sample"]
+    units = _units(maps, "none")
+    measure = dict(zip(maps["model"].values, maps["measure"].values)) if "measure" in maps.coords else {}
+    img = None if image is None else _as_grey(image)
+    gh, gw = da.sizes["y"], da.sizes["x"]
+    extent = (-0.5, gw - 0.5, gh - 0.5, -0.5) if img is None else (-0.5, img.shape[1] - 0.5, img.shape[0] - 0.5, -0.5)
+    cols = len(heads) + 2
+    fig, axes = plt.subplots(len(models), cols, figsize=(PANEL_INCHES * cols + 2.0, PANEL_INCHES * len(models) + 1.0),
+                             squeeze=False, layout="constrained")
+    for r, m in enumerate(models):
+        one = da.sel(model=m)
+        panels = [one.sel(sample=sample, head=h).transpose("y", "x").values for h in heads]
+        panels += [one.sel(sample=sample).mean("head").transpose("y", "x").values,
+                   one.mean(("head", "sample")).transpose("y", "x").values]
+        short = str(m).split()[0]
+        names = [f"{short} head {h}" for h in heads] + [f"{short}: mean of heads", f"{short}: mean of heads\n& {n} images"]
+        norm = mcolors.Normalize(0, float(np.nanmax([np.nanmax(p) for p in panels])))
+        for c, (a, p, name) in enumerate(zip(axes[r], panels, names)):
+            last = c == cols - 1
+            a.imshow(p, cmap=_cmap(), norm=norm, extent=(-0.5, gw - 0.5, gh - 0.5, -0.5) if last else extent,
+                     interpolation="nearest")
+            if img is not None and not last:
+                _outline(a, img)
+            a.set_xticks([])
+            a.set_yticks([])
+            a.set_title(name, fontsize="x-small")
+        axes[r, 0].set_ylabel(str(m), fontsize="small")
+        cbar = fig.colorbar(ScalarMappable(norm=norm, cmap=_cmap()), ax=list(axes[r]), shrink=0.9, aspect=12, pad=0.02)
+        cbar.set_label(f"CLS row, {measure.get(m, 'map')}\n({units[str(m)]})", fontsize="x-small")
+        cbar.ax.tick_params(labelsize="x-small")
+    note = (f"block {layer}; per-head panels: image {sample} (red: its digit's outline); heads are numbered per model, "
+            "teacher head n is not FAR head n")
+    fig.suptitle((title + "\n" if title else "") + note, fontsize="small")
     return fig
 
 
@@ -283,6 +343,15 @@ def plot_token_maps(
 
 
 # ---------------------------------------------------------------------------------------- agreement
+def _mean_and_half_interval(da: xr.DataArray) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer: mean over ``sample`` and the half-width of its 95 % Student t interval (NaN with < 2 samples)."""
+    from scipy.stats import t
+
+    n = da.notnull().sum("sample").values.astype(float)
+    sd = da.std("sample", ddof=1).values
+    with np.errstate(invalid="ignore", divide="ignore"):
+        half = np.where(n > 1, t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(n), np.nan)
+    return da.mean("sample").values, half
 def plot_agreement(agreements: Mapping[str, xr.Dataset], *, metrics: Sequence[str] = ("spearman", "pearson", "js"),
                    title: str | None = None) -> Figure:
     """Per-layer agreement with a reference, one panel per metric, one line per (model vs reference).
@@ -294,7 +363,7 @@ def plot_agreement(agreements: Mapping[str, xr.Dataset], *, metrics: Sequence[st
         title: figure title.
 
     Returns:
-        The Figure (mean over samples, bars: ± one standard deviation over samples).
+        The Figure (mean over samples, bars: its 95 % Student t interval over the samples).
     """
     labels = {"pearson": "Pearson r of the maps", "spearman": "Spearman ρ of the maps",
               "js": "JS divergence (bits)", "cls_pearson": "Pearson r, CLS row",
@@ -315,9 +384,9 @@ def plot_agreement(agreements: Mapping[str, xr.Dataset], *, metrics: Sequence[st
         for i, (name, ds, raw) in enumerate(lines):
             if metric not in ds:
                 continue
-            mean, std = ds[metric].mean("sample"), ds[metric].std("sample")
+            mean, half = _mean_and_half_interval(ds[metric])
             layers = ds["layer"].values
-            a.errorbar(layers, mean.values, yerr=std.values, marker="o", ms=3.5, capsize=2, lw=1.3, color=palette[i],
+            a.errorbar(layers, mean, yerr=half, marker="o", ms=3.5, capsize=2, lw=1.3, color=palette[i],
                        ls="--" if raw else "-", label=name)
         a.set_xlabel("layer (block)")
         a.set_ylabel(labels.get(metric, metric))
@@ -329,5 +398,5 @@ def plot_agreement(agreements: Mapping[str, xr.Dataset], *, metrics: Sequence[st
         a.grid(alpha=0.3)
     handles, names = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, names, loc="outside lower center", ncols=min(2, len(names)), fontsize="small", frameon=False)
-    fig.suptitle(title or "Agreement of token maps with the reference, per layer (mean ± sd over samples)")
+    fig.suptitle(title or "Agreement of token maps with the reference, per layer (mean, 95 % interval over samples)")
     return fig
