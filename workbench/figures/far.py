@@ -169,7 +169,6 @@ def _depth_note(maps: xr.Dataset, fig_id: str) -> str:
 
 def _cls(maps: xr.Dataset, layer: int, title: str):
     from workbench.plots.far import plot_cls_heads
-
     from workbench.profiles import PROFILES
 
     s = maps.sample.values[0]

@@ -343,7 +343,7 @@ def plot_token_maps(
 
 
 # ---------------------------------------------------------------------------------------- agreement
-def _mean_and_half_interval(da: xr.DataArray) -> tuple[np.ndarray, np.ndarray]:
+def mean_and_interval(da: xr.DataArray) -> tuple[np.ndarray, np.ndarray]:
     """Per layer: mean over ``sample`` and the half-width of its 95 % Student t interval (NaN with < 2 samples)."""
     from scipy.stats import t
 
@@ -384,7 +384,7 @@ def plot_agreement(agreements: Mapping[str, xr.Dataset], *, metrics: Sequence[st
         for i, (name, ds, raw) in enumerate(lines):
             if metric not in ds:
                 continue
-            mean, half = _mean_and_half_interval(ds[metric])
+            mean, half = mean_and_interval(ds[metric])
             layers = ds["layer"].values
             a.errorbar(layers, mean, yerr=half, marker="o", ms=3.5, capsize=2, lw=1.3, color=palette[i],
                        ls="--" if raw else "-", label=name)
