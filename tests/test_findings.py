@@ -93,16 +93,27 @@ def test_nondeep_table5_verdict_follows_the_data():
     assert v.status == "not shown" and "no difference" in v.reason and "+0.0 points" in v.statistic
 
 
-def test_far_table1_verdict_follows_the_data():
+def test_far_table1_verdict_is_paired_per_image():
+    """far.table1 reads per-image correctness: FAR − teacher gets the paired interval (scipy's t-free normal interval of
+    the mean per-image difference, computed here independently), and an old store without it is refused clearly."""
+    from scipy.stats import norm
+
     from workbench.figures.findings_far import table1_verdict
 
-    def runs(far: float, pruned: float) -> xr.Dataset:
-        return xr.Dataset({"kind": ("row", ["DeiT", "FAR", "FAR†"]), "val_acc": ("row", [0.95, far, pruned]),
-                           "val_images": ("row", [1000.0] * 3)})
-
-    assert table1_verdict(runs(0.945, 0.95)).status == "shown"
-    assert table1_verdict(runs(0.80, 0.95)).status == "partly"
-    assert table1_verdict(runs(0.80, 0.70)).status == "not shown"
+    rng = np.random.default_rng(0)
+    teacher = (rng.random(1000) < 0.95).astype(np.int8)
+    far = teacher.copy()
+    far[rng.choice(np.flatnonzero(teacher == 0), 30, replace=False)] = 1  # FAR right on 30 of the teacher's errors
+    far[rng.choice(np.flatnonzero(teacher == 1), 8, replace=False)] = 0  # and wrong on 8 of its successes
+    ds = xr.Dataset({"kind": ("row", ["DeiT", "FAR", "FAR†"]), "val_acc": ("row", [0.0] * 3),
+                     "correct": (("row", "heldout_sample"), np.stack([teacher, far, teacher]))})
+    d = far.astype(float) - teacher
+    half = norm.ppf(0.975) * np.sqrt(np.var(d, ddof=1) / d.size)
+    want = f"{100 * d.mean():+.1f} points (95% CI {100 * (d.mean() - half):+.1f} … {100 * (d.mean() + half):+.1f}"
+    v = table1_verdict(ds)
+    assert v.status == "shown" and f"FAR − teacher {want}" in v.statistic and "paired over 1000" in v.statistic
+    with pytest.raises(ValueError, match="--force"):
+        table1_verdict(ds.drop_vars("correct"))
 
 
 def test_far_table2_verdict_follows_the_data():

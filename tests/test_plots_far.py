@@ -113,3 +113,57 @@ def test_far_agreement_legend_names_each_reference_and_the_verdict_follows_the_d
     assert agreement_verdict(_agreement_views(0.1)).status == "partly"
     assert agreement_verdict(_agreement_views(0.6)).status == "shown"
     assert agreement_verdict(_agreement_views(0.0)).status == "not shown"
+
+
+def test_agreement_bars_are_the_verdicts_95_percent_t_intervals():
+    """far.agreement's error bars are the interval the verdict uses (Student t over images), not a standard deviation."""
+    from scipy import stats
+
+    maps = stack_maps({"teacher attention": _maps("attention", 0, samples=(1, 2, 3)),
+                       "FAR saliency": _maps("dependency", 1, samples=(1, 2, 3))}, normalize="row")
+    ds = agreement(maps, reference="teacher attention")
+    fig = plot_agreement({"paper-style": ds}, metrics=("spearman",))
+    bars = [c for c in fig.axes[0].collections if c.get_segments()][0].get_segments()  # one vertical segment per layer
+    rho = ds["spearman"].sel(model="FAR saliency").values  # (sample, layer)
+    lo, hi = stats.t.interval(0.95, rho.shape[0] - 1, loc=rho.mean(0), scale=stats.sem(rho, axis=0))
+    np.testing.assert_allclose([s[:, 1].min() for s in bars], lo, rtol=1e-6)
+    np.testing.assert_allclose([s[:, 1].max() for s in bars], hi, rtol=1e-6)
+    plt.close(fig)
+
+
+def test_cls_heads_show_every_head_and_the_means_the_verdict_reads():
+    from workbench.plots.far import plot_cls_heads
+
+    maps = stack_maps({"teacher attention": _maps("attention", 0), "teacher saliency": _maps("dependency", 2),
+                       "FAR saliency": _maps("dependency", 1)})
+    image = np.zeros((16, 16))
+    image[4:12, 6:9] = 1.0
+    fig = plot_cls_heads(maps, layer=2, sample=7, models=list(maps["model"].values), image=image, title="t")
+    axes = [a for a in fig.axes if a.get_label() != "<colorbar>"]
+    assert len(axes) == 3 * (2 + 2)  # 3 models × (2 heads + head mean + head-and-image mean)
+    assert [a.get_title() for a in axes[4:8]] == ["teacher head 0", "teacher head 1", "teacher: mean of heads",
+                                                  "teacher: mean of heads\n& 2 images"]
+    assert axes[8].get_title() == "FAR head 0" and "block 2" in fig._suptitle.get_text()
+    assert axes[0].images[0].get_alpha() is None  # the map is opaque: its colours are the colour bar's
+    assert axes[0].collections and not axes[3].collections  # the digit's outline on the image's panels only
+    mean = maps["cls_map"].sel(model="FAR saliency", layer=2).mean(("head", "sample")).transpose("y", "x").values
+    np.testing.assert_allclose(axes[11].images[0].get_array(), mean)
+    assert len(_colorbar_labels(fig)) == 3
+    plt.close(fig)
+
+
+def test_order_bias_plot():
+    from test_verdict_rules import Case  # noqa: F401  (verdict_cases_far imports it)
+    from verdict_cases_far import _order
+
+    from workbench.figures.far_order import order_measures, plot_order_bias
+
+    maps = _order({2: 0.9, 3: 0.9, 4: 0.9, 5: 0.9}, 0.05)()[0].assign_attrs(profile="demo")
+    m = order_measures(maps)
+    np.testing.assert_allclose(m["order_r"].sel(model="FAR saliency", layer=3).mean(), 0.9, atol=1e-9)
+    fig = plot_order_bias(maps)
+    axes = fig.axes
+    assert [a.get_xlabel() for a in axes[:2]] == ["block", "block"]
+    assert "1 / sequence distance" in axes[0].get_ylabel() and "first patch row" in axes[1].get_ylabel()
+    assert {"FAR saliency", "teacher saliency", "teacher attention"} <= {t.get_text() for t in fig.legends[0].texts}
+    plt.close(fig)

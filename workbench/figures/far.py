@@ -176,7 +176,7 @@ def _cls(maps: xr.Dataset, layer: int, title: str):
     spec = profile.analysis_images if profile is not None else "the analysis images"
     return plot_cls_heads(maps, layer=layer, sample=s, image=maps["image"].sel(sample=s).values,
                           models=list(MODELS), title=f"{title} · image {s} = the first of {maps.sizes['sample']} "
-                                                     f"({spec}; {s} is its index in the dataset)")
+                                                     f"({spec}; {s} is its index in the source dataset)")
 
 
 def plot_fig5(maps: xr.Dataset):

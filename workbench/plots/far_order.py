@@ -59,7 +59,7 @@ def plot_order_bias(ds: xr.Dataset, *, title: str | None = None) -> Figure:
     for b in range(gx, ds.sizes["position"], gx):
         axes[2].axvline(b + 0.5, color="0.8", lw=0.6)
     axes[2].axhline(1 / ds.sizes["position"], color="0.3", lw=1, ls="--")
-    axes[2].set_xlabel(f"patch position in the token sequence (1 = right after CLS; grey: rows of {gx})")
+    axes[2].set_xlabel(f"patch position after CLS (grey lines: rows of {gx})")
     axes[2].set_ylabel("share of the CLS map")
     axes[2].set_title(f"block {int(ds.attrs['profile_block'])}, mean over heads and images", fontsize="small")
     axes[2].grid(alpha=0.3)
