@@ -143,7 +143,7 @@ def test_cls_heads_show_every_head_and_the_means_the_verdict_reads():
     assert len(axes) == 3 * (2 + 2)  # 3 models × (2 heads + head mean + head-and-image mean)
     assert [a.get_title() for a in axes[4:8]] == ["teacher head 0", "teacher head 1", "teacher: mean of heads",
                                                   "teacher: mean of heads\n& 2 images"]
-    assert axes[8].get_title() == "FAR head 0" and "block 2" in fig._suptitle.get_text()
+    assert axes[8].get_title() == "FAR head 0" and "teacher head n is not FAR head n" in fig._suptitle.get_text()
     assert axes[0].images[0].get_alpha() is None  # the map is opaque: its colours are the colour bar's
     assert axes[0].collections and not axes[3].collections  # the digit's outline on the image's panels only
     mean = maps["cls_map"].sel(model="FAR saliency", layer=2).mean(("head", "sample")).transpose("y", "x").values

@@ -252,9 +252,9 @@ def plot_cls_heads(maps: xr.Dataset, *, layer: int, sample, models: Sequence[str
         cbar = fig.colorbar(ScalarMappable(norm=norm, cmap=_cmap()), ax=list(axes[r]), shrink=0.9, aspect=12, pad=0.02)
         cbar.set_label(f"CLS row, {measure.get(m, 'map')}\n({units[str(m)]})", fontsize="x-small")
         cbar.ax.tick_params(labelsize="x-small")
-    note = (f"block {layer}; per-head panels: image {sample} (red: its digit's outline); heads are numbered per model, "
+    note = (f"per-head panels: image {sample} (red: its digit's outline); heads are numbered per model, "
             "teacher head n is not FAR head n")
-    fig.suptitle((title + "\n" if title else "") + note, fontsize="small")
+    fig.suptitle(f"{title or f'CLS → patch, block {layer}'}\n{note}", fontsize="small")
     return fig
 
 
