@@ -46,7 +46,7 @@ def test_plot_maps_and_agreement():
     axes = [a for a in fig.axes if a.get_label() != "<colorbar>"]
     assert [a.get_title() for a in axes] == ["teacher attention", "FAR saliency"]
     assert axes[0].get_xlabel() == "key token (input)" and axes[0].get_ylabel() == "query token (output)"
-    assert "layer 1" in fig._suptitle.get_text() and len(_colorbar_labels(fig)) == 2
+    assert "block 1" in fig._suptitle.get_text() and len(_colorbar_labels(fig)) == 2
     plt.close(fig)
     fig = plot_agreement({"paper-style": agreement(maps, reference="teacher attention")})
     axes = [a for a in fig.axes]

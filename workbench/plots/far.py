@@ -337,7 +337,7 @@ def plot_token_maps(
             label += "\n(square-root colour scale)"
         cbar.set_label(label, fontsize="x-small")
     how = "rows normalised, " if normalize == "row" or maps.attrs.get("normalize") == "row" else ""
-    fig.suptitle(title or f"Token-to-token dependency · layer {layer} · {how}mean over {da.sizes['sample']} samples "
+    fig.suptitle(title or f"Token-to-token dependency · block {layer} · {how}mean over {da.sizes['sample']} samples "
                           f"× {da.sizes['head']} heads", fontsize="medium")
     return fig
 
