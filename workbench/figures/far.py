@@ -303,8 +303,9 @@ _CLS_LAYOUT = ("Rows: the teacher's attention (what the paper draws for DeiT, th
                "all analysis images (what the verdict measures). Head n of FAR is not head n of the teacher: each "
                "model numbers its own heads. The digit is drawn as an outline (red) over the map, so every cell keeps "
                "the colour its colour bar gives it; each row has its own colour scale")
-_ORDER = ("far.order_bias shows why FAR's CLS maps sit on the top rows: its LSTM reads the tokens in sequence, so on a "
-          "digit whose top rows are blank FAR's map and the teacher's part")
+_ORDER = ("far.order_bias measures FAR's order bias block by block (its CLS map against the distance along the token "
+          "sequence): where it dominates, FAR's map piles onto the top patch rows, and on a digit whose top rows are "
+          "blank it cannot follow the teacher's")
 figure("far.fig4", paper="far", data="far.retention", plot=plot_fig4,
        finding=Finding("“As shown in Figure 4, the pruning ratio varies substantially between forward and reverse LSTM "
                        "modules, and across layers and heads.” (§4.3)",
@@ -368,7 +369,7 @@ for _id in ("fig9", "fig10", "fig11"):
     figure(f"far.{_id}", paper="far", data="far.maps", plot=_cls_figure(_id), finding=Finding(*_CLAIMS[_id]),
            caption=f"Fig. {_id[3:]} (App. C.1): CLS-to-patch maps in the {_DEPTH[_id]} block — "
                    + _WHERE.format(p=_p, d=round(_p / 11 * 5)) + ". " + _CLS_LAYOUT + f" ({_UNITS})."
-                   + ("" if _id == "fig11" else " " + _ORDER + "."))
+                   + " " + _ORDER + ".")
 for _id in ("fig12", "fig13", "fig14"):
     _p = PAPER_LAYERS[_id]
     figure(f"far.{_id}", paper="far", data="far.maps", plot=_token_figure(_id), finding=Finding(*_CLAIMS[_id]),

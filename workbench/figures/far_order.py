@@ -41,8 +41,8 @@ def plot_order_bias(maps: xr.Dataset):
     from workbench.plots.far_order import plot_order_bias as draw
 
     n = maps.sizes["sample"]
-    return draw(order_measures(maps), title=f"FAR's CLS map follows the token order, not only in the shallow block "
-                                            f"({n} images; bars: 95 % interval over the images)")
+    return draw(order_measures(maps), title=f"FAR's CLS map against the token order, per block ({n} images; bars: "
+                                            "95 % interval over the images)")
 
 
 figure("far.order_bias", paper="far", data="far.maps", plot=plot_order_bias,
@@ -60,6 +60,8 @@ figure("far.order_bias", paper="far", data="far.maps", plot=plot_order_bias,
                "the first patch row (the tokens right after CLS), with the uniform share dashed; right, the last "
                "block's CLS map per sequence position (mean over heads and images). FAR saliency, the teacher's "
                "saliency (the same quantity) and the teacher's attention (dotted, the paper's reference); bars: 95 % "
-               "Student t intervals over the analysis images. The LSTM reads the tokens in order, so FAR's CLS map "
-               "piles onto the top rows: on a digit whose top rows are blank it cannot follow the teacher's map, which "
-               "is why far.fig5, fig9 and fig10 fail there.")
+               "Student t intervals over the analysis images. The LSTM reads the tokens in order, CLS first; where "
+               "this bias dominates a block, FAR's CLS map piles onto the top patch rows, and on a digit whose top rows "
+               "are blank it cannot follow the teacher's map, so far.fig5, fig10 and fig11 (which compare the layouts) "
+               "cannot find the teacher's layout in such a block; far.fig9 tests the same bias in the shallow block, where the paper "
+               "reports it.")

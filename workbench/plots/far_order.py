@@ -65,5 +65,5 @@ def plot_order_bias(ds: xr.Dataset, *, title: str | None = None) -> Figure:
     axes[2].grid(alpha=0.3)
     handles, names = axes[1].get_legend_handles_labels()
     fig.legend(handles, names, loc="outside lower center", ncols=len(names), fontsize="small", frameon=False)
-    fig.suptitle(title or "FAR's CLS map follows the token order", fontsize="medium")
+    fig.suptitle(title or "FAR's CLS map against the token order, per block", fontsize="medium")
     return fig
