@@ -307,9 +307,10 @@ _ORDER = ("far.order_bias measures FAR's order bias block by block (its CLS map 
           "sequence): where it dominates, FAR's map piles onto the top patch rows, and on a digit whose top rows are "
           "blank it cannot follow the teacher's")
 figure("far.fig4", paper="far", data="far.retention", plot=plot_fig4,
-       finding=Finding("“As shown in Figure 4, the pruning ratio varies substantially between forward and reverse LSTM "
-                       "modules, and across layers and heads.” (§4.3)",
-                       "Fig. 4 / §3.3: 'considerable variation in compression ratios across depth and direction'",
+       finding=Finding("“As shown in Section 4.3, we observe considerable variation in compression ratios across depth "
+                       "and direction, highlighting the benefit of block-wise flexibility.” (§3.3)",
+                       "Fig. 4 / §4.3: 'the pruning ratio varies substantially between forward and reverse LSTM "
+                       "modules, and across layers and heads'; tested over (layer, direction), head-averaged",
                        retention_verdict),
        caption="Fig. 4: share of hidden units each LSTM head keeps after DeepHoyer structured pruning of the demo FAR "
                "model (rows: layers, columns: heads), forward and reverse directions separately; numbers are percent.")
