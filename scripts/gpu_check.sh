@@ -14,8 +14,8 @@
 #   stream-2/1       `analyze attention --out X.zarr` streamed under a 2- (or 1-) process torchrun, equal to 1 process
 #   stream-far-dep   a streamed `analyze dependency` of the FAR student (backward through its LSTMs) under torchrun
 #   figures          `workbench figures --profile smoke --device cuda --jobs 1` ($GPU_CHECK_FIGURES: ids, default --all)
-# Environment: GPU_CHECK_DEVICE (cuda), GPU_CHECK_FIGURES (--all), GPU_CHECK_FIGURES_TIMEOUT (seconds, 270), PYTHON
-# (python3). A `.whl/` folder in the repository root is installed first into /tmp/site (no index, no dependencies).
+# Environment: GPU_CHECK_DEVICE (cuda), GPU_CHECK_FIGURES (--all), GPU_CHECK_FIGURES_TIMEOUT (seconds, 270),
+# GPU_CHECK_SLOW (every time limit times this, for a slow CPU; 1), PYTHON (python3). A `.whl/` folder in the repository root is installed first into /tmp/site (no index, no dependencies).
 set -u
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -48,6 +48,7 @@ check() {  # check NAME SECONDS COMMAND... : run it under timeout, log it, print
   local name=$1 limit=$2 t0 rc dt
   shift 2
   t0=$(date +%s)
+  limit=$(( limit * ${GPU_CHECK_SLOW:-1} ))
   timeout --kill-after=15 "$limit" "$@" > "$LOG/$name.log" 2>&1
   rc=$?
   dt=$(( $(date +%s) - t0 ))

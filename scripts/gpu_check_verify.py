@@ -1,6 +1,6 @@
 """What gpu_check.sh checks after a command exits 0 (each prints one line and exits 1 when the check fails).
 
-    python3 scripts/gpu_check_verify.py runs PREFIX...      every run under $WORKBENCH_HOME complete, one per PREFIX
+    python3 scripts/gpu_check_verify.py runs ID...            the runs ID under $WORKBENCH_HOME exist and are complete
     python3 scripts/gpu_check_verify.py stores A.zarr B.zarr  both complete, the same variables, equal values
 """
 
@@ -11,12 +11,12 @@ import sys
 import numpy as np
 
 
-def runs(prefixes: list[str]) -> int:
+def runs(ids: list[str]) -> int:
     from workbench.runs import list_runs
 
-    found = {r.id: r.status for r in list_runs()}
+    found = {r.id: r.status for r in list_runs() if r.id in ids}
     bad = {i: s for i, s in found.items() if s != "complete"}
-    missing = [p for p in prefixes if not any(i == p or i.startswith((p + "-", p + "+")) for i in found)]
+    missing = [i for i in ids if i not in found]
     print(f"runs: {', '.join(f'{i} ({s})' for i, s in sorted(found.items())) or 'none'}"
           + (f"; not complete: {', '.join(bad)}" if bad else "") + (f"; missing: {', '.join(missing)}" if missing else ""))
     return int(bool(bad or missing))
