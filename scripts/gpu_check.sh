@@ -2,7 +2,7 @@
 # What the CPU cannot show, on a machine with GPUs: one line per check (PASS / FAIL / SKIP), a summary, exit 1 if any
 # check failed. Each check runs under its own `timeout`; its output goes to "${OUT:-/tmp}/gpu_check/<check>.log".
 #
-#   scripts/gpu_check.sh                      # from the repository root of a GPU machine (7 minutes at most: GPU_CHECK_BUDGET)
+#   scripts/gpu_check.sh                      # on a GPU machine (checks: 7 minutes at most, GPU_CHECK_BUDGET)
 #   GPU_CHECK_DEVICE=cpu scripts/gpu_check.sh # the plumbing on a CPU: gloo instead of NCCL, 2 ranks
 #
 # Checks, in order (one home, $WORKBENCH_HOME a fresh temporary directory, so later checks reuse earlier runs):
@@ -84,7 +84,7 @@ skip() {  # skip NAME LINE
   SKIPPED+=("$1")
 }
 
-info=$("$PY" - "$DEVICE" <<'EOF' 2>&1
+info=$("$PY" - "$DEVICE" <<'EOF' 2> "$LOG/setup.log"
 import sys
 
 import torch
@@ -99,7 +99,7 @@ EOF
 GPUS=$(echo "$info" | head -n 1)
 echo "$info" | tail -n +2
 if ! [[ "$GPUS" =~ ^[0-9]+$ ]]; then
-  echo "FAIL setup: torch does not import ($info)"
+  echo "FAIL setup: torch does not import: $(tail -n 3 "$LOG/setup.log")"
   exit 1
 fi
 if [ "$DEVICE" = cuda ] && [ "$GPUS" -lt 1 ]; then
