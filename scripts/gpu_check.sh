@@ -149,8 +149,9 @@ check stream-far-dep 90 bash -c "$(printf '%q ' "${TORCHRUN[@]}") --nproc_per_no
 # (a) the figures on the device, reusing the runs above, training the rest (one process: --jobs 1); the gallery's
 # index and PNGs are copied flat into the log folder (figures-index.md, fig-<id>.png)
 # teacher attention, FAR's retention and token dependency (backward through the LSTMs), Sparsifiner's masks, Non-deep's
-# branch similarity, AttentionLite's attention-transfer maps, SlimSwin's gate masks
-SUBSET="teacher.fig1 far.fig4 far.fig6 sparsifiner.fig3 nondeep.fig4 attentionlite.at_maps slimswin.fig2"
+# branch weight similarity (fig4's feature similarity took 508 s of the subset's 1161 s on the loaded 2-core CPU),
+# AttentionLite's attention-transfer maps, SlimSwin's gate masks
+SUBSET="teacher.fig1 far.fig4 far.fig6 sparsifiner.fig3 nondeep.fig5 attentionlite.at_maps slimswin.fig2"
 read -r -a FIGS <<< "${GPU_CHECK_FIGURES:-$SUBSET}"
 G=$WORKBENCH_HOME/figures
 check figures "${GPU_CHECK_FIGURES_TIMEOUT:-300}" "${WB[@]}" figures "${FIGS[@]}" --profile smoke "${ON[@]}" --jobs 1 \
