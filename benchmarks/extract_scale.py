@@ -84,7 +84,7 @@ def child(args) -> None:
         from workbench.stream import StreamOptions, stream_analysis
 
         torch.set_num_threads(args.threads)
-        rank, world = init_distributed()
+        rank, world = init_distributed("cpu")
         model, bs, chunk, queries = args.dist_model.split(",")
         import timm  # noqa: F401  (start-up: the imports the extraction would do lazily, and the demo split)
 

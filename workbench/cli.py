@@ -525,7 +525,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
-            return handlers[args.command](args)
+            rc = handlers[args.command](args)
+        _leave_process_group()  # on success only: after a failure another rank may still be in a collective
+        return rc
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume from the last checkpoint", file=sys.stderr)
         return 130
@@ -533,6 +535,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         msg = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
         print(f"workbench: error: {msg}", file=sys.stderr)
         return 2
+
+
+def _leave_process_group() -> None:
+    """Under torchrun, leave the process group the command joined (NCCL warns at exit about one left open)."""
+    if "torch.distributed" in sys.modules:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -133,9 +133,13 @@ class Run:
         atomic_write_text(self.dir / "manifest.json", json.dumps(manifest, indent=2, default=str))
 
     def phase_dir(self, name: str) -> Path:
-        """A sub-directory for one phase of a multi-phase method (its own epoch checkpoints)."""
+        """A sub-directory for one phase of a multi-phase method (its own epoch checkpoints; made by rank 0 alone
+        under torchrun, the others only read it)."""
+        from methods.train import is_main
+
         path = self.dir / name
-        path.mkdir(parents=True, exist_ok=True)
+        if is_main():
+            path.mkdir(parents=True, exist_ok=True)
         return path
 
 
@@ -239,32 +243,33 @@ def ensure_run(
         RunError: a complete run of that id has a different config (pass ``force=True``), or ``force`` would
             replace a run others were built on.
     """
+    from methods.train import barrier, is_main, main_decides
+
     run_id = scoped_id(run_id)
     run_dir = runs_root() / run_id
     config_sha = hashlib.sha256(_canonical(config).encode()).hexdigest()
-    if int(os.environ.get("RANK", "0")) > 0:
-        # Under torchrun only rank 0 keeps the record; other ranks just train (fit syncs them) - except where rank 0
-        # reuses a complete run, which every rank then reuses (one rank training alone would wait for the others).
-        if (run_dir / "manifest.json").exists():
-            done = Run(run_dir)
-            with contextlib.suppress(RunError):
-                if done.status == "complete" and (done.manifest.get("config_sha256") == config_sha or
-                                                  same_result_config(done.config, config)) and not force:
-                    return done
-        run_dir.mkdir(parents=True, exist_ok=True)
-        body(Run(run_dir))
-        return Run(run_dir)
-    with _run_lock(run_id, log):
-        if run_dir.exists() and force:
-            if (run_dir / "manifest.json").exists():
-                built = dependants(Run(run_dir))
-                if built:
-                    raise RunError(
-                        f"--force would replace run {run_id!r}, which {len(built)} other run(s) were built on: "
-                        f"{', '.join(r.id for r in built)}; delete those first, or make a new run beside it (other "
-                        "--epochs/--images/--checkpoint give it another id)")
-            shutil.rmtree(run_dir)
-        return _ensure_locked(run_id, run_dir, config, config_sha, body, log)
+    # Under torchrun rank 0 alone keeps the record: it decides (reuse, train, or refuse) and prepares the directory
+    # while the other ranks wait, every rank then trains (fit keeps them in step), and no rank leaves before rank 0 has
+    # marked the run complete: the next run, on any rank, may start from this one's result.
+    main = is_main()
+    with _run_lock(run_id, log) if main else contextlib.nullcontext():
+        decision = None
+        if main:
+            try:
+                decision = "reuse" if _prepare(run_id, run_dir, config, config_sha, force, log) else "train"
+            except RunError as err:
+                decision = err
+        decision = main_decides(decision)
+        if isinstance(decision, RunError):
+            raise decision
+        if decision == "reuse":
+            return Run(run_dir)
+        if main:
+            _train(run_id, Run(run_dir), body, log)
+        else:
+            body(Run(run_dir))
+    barrier()
+    return Run(run_dir)
 
 
 @contextlib.contextmanager
@@ -287,14 +292,24 @@ def _run_lock(run_id: str, log: Callable[[str], None]):
         lock.release()
 
 
-def _ensure_locked(run_id, run_dir: Path, config: dict, config_sha: str, body, log) -> Run:
+def _prepare(run_id: str, run_dir: Path, config: dict, config_sha: str, force: bool, log) -> bool:
+    """Under the run's lock: True to reuse the complete run, else the directory made ready to (re)start or resume."""
+    if run_dir.exists() and force:
+        if (run_dir / "manifest.json").exists():
+            built = dependants(Run(run_dir))
+            if built:
+                raise RunError(
+                    f"--force would replace run {run_id!r}, which {len(built)} other run(s) were built on: "
+                    f"{', '.join(r.id for r in built)}; delete those first, or make a new run beside it (other "
+                    "--epochs/--images/--checkpoint give it another id)")
+        shutil.rmtree(run_dir)
     if (run_dir / "manifest.json").exists():
         run = Run(run_dir)
         same = run.manifest.get("config_sha256") == config_sha or (
             (run_dir / "config.json").exists() and same_result_config(run.config, config))
         if run.status == "complete" and same:
             log(f"reusing complete run {run_id} ({run.dir})")
-            return run
+            return True
         if not same and run.status == "complete":
             raise RunError(
                 f"run {run_id!r} exists with a different config ({run.dir}); "
@@ -313,7 +328,11 @@ def _ensure_locked(run_id, run_dir: Path, config: dict, config_sha: str, body, l
             json.dumps({"id": run_id, "status": "running", "created": now_iso(), "config_sha256": config_sha,
                         "wall_time_s": 0.0, **{k: config.get(k) for k in ("method", "model_name", "profile")}}, indent=2),
         )
-        run = Run(run_dir)
+    return False
+
+
+def _train(run_id: str, run: Run, body, log) -> None:
+    """Run ``body`` on the prepared run and record how it ended (failed, interrupted or complete)."""
     t0 = time.perf_counter()
     previous = float(run.manifest.get("wall_time_s", 0.0))
     run.update_manifest(status="running", versions=versions(), error=None)
@@ -330,4 +349,3 @@ def _ensure_locked(run_id, run_dir: Path, config: dict, config_sha: str, body, l
     model = {"model": results.pop("model")} if "model" in results else {}
     run.update_manifest(status="complete", results=results, completed=now_iso(), **ckpt, **model)
     log(f"run {run_id} complete: " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in results.items()))
-    return run

@@ -389,8 +389,8 @@ def stream_analysis(kind: str, model: str, images: str, out: str | Path, *, chec
     out = Path(out).expanduser()
     if out.suffix != ".zarr":
         raise StreamError(f"a streamed store is a .zarr directory; got {str(out)!r}")
-    rank, world = init_distributed()
-    dev = resolve_device(device)
+    dev = resolve_device(device)  # under torchrun cuda is this rank's own GPU
+    rank, world = init_distributed(dev)  # NCCL for cuda, gloo for the CPU
     loaded = load_model(model, checkpoint=checkpoint, device=dev, **({"img_size": img_size} if img_size else {}))
     source = ImageSource(images, input_size=loaded.input_size, mean=loaded.mean, std=loaded.std)
     n = len(source)

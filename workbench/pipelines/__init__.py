@@ -34,7 +34,6 @@ import contextlib
 import contextvars
 import dataclasses
 import importlib
-import os
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -431,6 +430,10 @@ def plan_lines(entry: Method, spent: Any, overrides: Overrides, prof: "Profile",
     return lines
 
 
+def _quiet(message: str) -> None:
+    """A ``log`` that says nothing (the ranks other than 0)."""
+
+
 def run_method(
     name: str,
     teacher: "str | Run | None" = None,
@@ -486,9 +489,16 @@ def run_method(
     with user_data(data if prof.is_paper else None):
         base = budget(name, prof)  # an unknown profile fails before any teacher is trained
     spent = apply_overrides(base, overrides, phases=entry.phases, strict=strict, what=f"{name}'s {prof.name} budget")
+    from methods.train import init_distributed, is_main
     from workbench.runtime import resolve_device
 
-    dev = resolve_device(device)  # once, here: everything below gets the torch.device
+    # Once, here, before anything is built: the torch.device (under torchrun cuda is this rank's own GPU, made current)
+    # and the process group (its backend from that device), so teachers and students share a device, every rank
+    # knows its rank, and ranks can wait for each other's runs.
+    dev = resolve_device(device)
+    init_distributed(dev)
+    if not is_main():
+        log = _quiet  # under torchrun rank 0 alone reports (every rank does the same work)
     ref = None
     if entry.teacher is not None:
         from workbench.pipelines.teacher import resolve_teacher
@@ -500,9 +510,8 @@ def run_method(
     # The run ids: the teacher's own id says its data; a student on other data than its teacher's says so.
     tokens = [data_tag(data)] if data is not None and ref is not None and ref.data != data else []
     tokens += [overrides.tag()] if overrides else []
-    if int(os.environ.get("RANK", "0")) == 0:
-        for line in plan_lines(entry, spent, overrides, prof, data, options):
-            log(line)
+    for line in plan_lines(entry, spent, overrides, prof, data, options):
+        log(line)
     with _scoped(name, overrides, ".".join(t for t in tokens if t)), user_data(data if prof.is_paper else None):
         request = RunRequest(name, prof, spent, ref, dev, data, force, log)
         return entry.run(request, **options)

@@ -135,7 +135,7 @@ def prune_and_finetune(run: Run, req: "RunRequest", cfg: SlimSwinConfig, start_f
 def _prune_and_finetune(run: Run, req: "RunRequest", cfg: SlimSwinConfig, start_from: Run | None) -> dict:
     teacher, recipe, data, log = req.teacher, req.budget, req.data, req.log
     dev = req.device
-    init_distributed()  # a no-op unless launched by torchrun
+    init_distributed(dev)  # a no-op unless launched by torchrun (run_method joined the group already)
     ref_model = load_model(teacher.ref, checkpoint=teacher.checkpoint, device=dev).model  # the unpruned teacher
     check_swin(ref_model)
     for p in ref_model.parameters():

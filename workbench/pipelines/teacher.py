@@ -27,7 +27,7 @@ from typing import Callable
 from torch.utils.data import Dataset
 
 from methods.teachers import DEMO_TEACHERS
-from methods.train import TrainConfig, fit, mixup_cutmix, repeated_augmentation, soft_target_cross_entropy
+from methods.train import TrainConfig, fit, is_main, mixup_cutmix, repeated_augmentation, soft_target_cross_entropy
 from workbench.data import datasets as source_datasets
 from workbench.data import scan_image_folder
 from workbench.models import create_model, load_weights, read_state_dict
@@ -329,7 +329,7 @@ def train_teacher(
                 "train_images": len(train_set), "val_images": len(val_set)}
 
     def recorded(run: Run) -> dict:
-        if int(os.environ.get("RANK", "0")) == 0:  # under torchrun rank 0 keeps the record
+        if is_main():  # under torchrun rank 0 keeps the record
             run.update_manifest(arch=arch)  # find_teachers looks teachers up by arch
         return body(run)
 
@@ -351,7 +351,8 @@ def _record_checkpoint(run: Run, model, val_set: Dataset, cfg: TrainConfig, trai
     dev = resolve_device(cfg.device)
     model.to(dev)
     metrics = evaluate(model, DataLoader(val_set, batch_size=256, num_workers=cfg.num_workers), dev)
-    atomic_save_safetensors(model.state_dict(), run.checkpoint)
+    if is_main():  # under torchrun rank 0 keeps the record
+        atomic_save_safetensors(model.state_dict(), run.checkpoint)
     return {**metrics, "epochs": 0, "train_images": train_images, "val_images": len(val_set)}
 
 
