@@ -18,8 +18,8 @@ import pandas as pd
 import xarray as xr
 
 from workbench.figures import Finding, dataset, figure
-from workbench.figures.findings_nondeep import exactness_verdict, table5_verdict
 from workbench.figures.context import Context
+from workbench.figures.findings_nondeep import exactness_verdict, table5_verdict
 from workbench.figures.nondeep import PAPER, dashed, nondeep_budget, students, table5_runs
 from workbench.plots.table import Table
 
@@ -38,10 +38,10 @@ def table5_data(ctx: Context) -> xr.Dataset:
     labels = torch.cat([y for _, y in DataLoader(val, batch_size=512)])
     correct, recs = [], []
     for schedule, div, run in rows:
-        model = ctx.model(run)
+        model = ctx.model(run, device=ctx.device)  # on the figures' --device, as the run was evaluated
         with torch.no_grad():
-            pred = torch.cat([model(x).argmax(-1) for x, _ in DataLoader(val, batch_size=256)])
-        correct.append((pred == labels).numpy())
+            pred = torch.cat([model(x.to(ctx.device)).argmax(-1).cpu() for x, _ in DataLoader(val, batch_size=256)])
+        correct.append((pred == labels).cpu().numpy())
         r = run.manifest["results"]
         src = run.config["source_run"]
         recs.append({"schedule": schedule, "div": div, "run": run.id, "branched_run": src, "val_acc": r["val_acc"],
