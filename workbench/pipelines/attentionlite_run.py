@@ -119,7 +119,7 @@ def sparse_distill(run: Run, t: "TeacherRef", spec: RunSpec, budget: AttentionLi
 def _cross_entropy(model: nn.Module, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, dict]:
     """The no-distillation baseline's loss: cross-entropy on the labels (Eq. 2's L_S alone)."""
     ce = F.cross_entropy(model(images), targets)
-    return ce, {"ce": ce.item()}
+    return ce, {"ce": ce.detach()}
 
 
 def _sparse_distill(run: Run, t: "TeacherRef", spec: RunSpec, budget: AttentionLiteBudget, cfg: TrainConfig, profile: str,
