@@ -9,17 +9,28 @@
   (:func:`methods.devices.differentiable`). ``nn.LSTM.forward`` is wrapped to record the mode and the flag at every
   such call, and the analyses that differentiate a FAR model (Integrated Gradients, Saliency, the four token
   dependency forms, the whole ``compare`` analysis) are run through it.
+- **A distillation loss computes on one device**: FAR's ``FARLoss`` and Sparsifiner's ``Phase2Loss``, built from the
+  budget as the pipelines build them, run forward and backward under a dispatch mode that records the devices of
+  every op's tensor inputs. The CPU stands in for two GPUs with the ``meta`` device: a teacher left on one device
+  and a student on another fail (as ``cuda:0`` / ``cuda:1`` did under ``torchrun``); both on the student's device
+  run with every op on that one device (nothing made on a default device by the loss).
+- **CUDA only** (skipped without a GPU): a FAR training step under the paper budget's autocast gives a finite loss
+  and finite gradients, with its LSTMs in float16 and a gradient scaler (``methods.train.grad_scaler``); the
+  eval-mode attributions of a FAR model run on the GPU; AttentionLite's column shrink passes its 1e-4 check there.
 """
 
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn as nn
 from timm.models.vision_transformer import VisionTransformer
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from methods.devices import differentiable, exact_float32, has_rnn
 
@@ -192,3 +203,67 @@ def test_the_compare_analysis_differentiates_lstms_where_cudnn_accepts(far_pair,
     x = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(2))
     compare_models(teacher, {"far": far}, x, labels=[0, 1, 2, 3], ig_steps=4, steps=4, parts=("attributions",))
     assert lstm_calls and not _refused(lstm_calls)
+
+
+# ------------------------------------------------------------------------------------- one device per loss
+class OneDevice(TorchDispatchMode):
+    """Records every op whose tensor inputs live on more than one device (0-dim CPU scalars aside, as CUDA allows)."""
+
+    def __init__(self):
+        super().__init__()
+        self.mixed: list[tuple[str, list[str]]] = []
+        self.devices: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        flat, _ = tree_flatten((args, kwargs or {}))
+        devs = {str(t.device) for t in flat if isinstance(t, torch.Tensor) and not (t.device.type == "cpu" and t.dim() == 0)}
+        self.devices |= devs
+        if len(devs) > 1:
+            self.mixed.append((str(func), sorted(devs)))
+        return func(*args, **(kwargs or {}))
+
+
+def _far_loss(teacher_device: str, device: str):
+    """FAR's distillation objective as workbench.pipelines.far builds it (the demo budget): the student copied from
+    the teacher, the loss holding the teacher; fit moves the student to ``device``."""
+    from methods.far import FARLoss, freeze_for_distillation, replace_attention
+    from workbench.pipelines.far_budgets import BUDGETS
+
+    b = BUDGETS["demo"]
+    torch.manual_seed(0)
+    teacher = VisionTransformer(**TINY).eval().to(teacher_device)
+    student = replace_attention(teacher, b.far)
+    freeze_for_distillation(student)
+    loss = FARLoss(teacher, "combined", lam=b.lam, sim_input=b.sim_input, label_smoothing=b.distill.label_smoothing)
+    return student.to(device).train(), loss
+
+
+def _phase2_loss(teacher_device: str, device: str):
+    """Sparsifiner's phase-2 objective as workbench.pipelines.sparsifiner builds it (the demo budget)."""
+    from methods.sparsifiner import Phase2Loss, replace_attention, unfreeze_all
+    from workbench.pipelines.sparsifiner_budgets import BUDGETS
+
+    b = BUDGETS["demo"]
+    torch.manual_seed(0)
+    teacher = VisionTransformer(**TINY).eval().to(teacher_device)
+    student = unfreeze_all(replace_attention(teacher, replace(b.method, keep_rate=0.25)))
+    p2 = b.phase2
+    loss = Phase2Loss(teacher, p2.token_weight, p2.cls_weight, p2.attn_weight, p2.kl_direction)
+    return student.to(device).train(), loss
+
+
+@pytest.mark.parametrize("build", [_far_loss, _phase2_loss], ids=["FARLoss", "Phase2Loss"])
+def test_a_distillation_loss_runs_on_the_students_device_only(build):
+    x = torch.randn(2, 3, 16, 16).to("meta")  # "meta" stands in for the rank's GPU, the CPU for another one
+    y = torch.tensor([1, 3]).to("meta")
+    student, loss_fn = build("cpu", "meta")  # a teacher left behind on another device
+    with OneDevice() as rec, pytest.raises(RuntimeError, match="device"):
+        loss_fn(student, x, y)
+    assert rec.mixed, "an op mixed devices without being recorded"
+
+    student, loss_fn = build("meta", "meta")  # ours: teacher and student on the rank's device
+    with OneDevice() as rec:
+        loss, parts = loss_fn(student, x, y)
+        loss.backward()
+    assert not rec.mixed and rec.devices == {"meta"}, rec.mixed[:3]
+    assert parts and all(v.device.type == "meta" for v in parts.values() if isinstance(v, torch.Tensor))
