@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -267,3 +268,81 @@ def test_a_distillation_loss_runs_on_the_students_device_only(build):
         loss.backward()
     assert not rec.mixed and rec.devices == {"meta"}, rec.mixed[:3]
     assert parts and all(v.device.type == "meta" for v in parts.values() if isinstance(v, torch.Tensor))
+
+
+# ------------------------------------------------------------------------------------- on a GPU only
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on a GPU host)")
+
+
+@cuda
+def test_far_training_under_the_paper_autocast_is_finite():
+    """The paper budget's distillation phase (bfloat16 autocast): LSTMs run in float16 under a gradient scaler, and a
+    few steps give finite losses, weights and (unscaled) gradients."""
+    import methods.train as train
+    from methods.far import FARLoss, freeze_for_distillation, replace_attention
+    from workbench.pipelines.far_budgets import BUDGETS
+
+    b = BUDGETS["paper"]
+    assert b.distill.amp, "the paper budget no longer trains under autocast: this test checks nothing"
+    cfg = replace(b.distill, epochs=2, batch_size=8, warmup_epochs=0, device="cuda", progress=False, num_workers=0)
+    torch.manual_seed(0)
+    teacher = VisionTransformer(**TINY).cuda().eval()
+    student = freeze_for_distillation(replace_attention(teacher, b.far))
+    assert train.grad_scaler(cfg, torch.device("cuda"), student) is not None
+    dtypes = set()
+    for m in student.modules():
+        if isinstance(m, nn.LSTM):
+            m.register_forward_hook(lambda mod, args, out: dtypes.add(out[0].dtype))
+    data = torch.utils.data.TensorDataset(torch.randn(64, 3, 16, 16), torch.randint(0, 5, (64,)))
+    hist = train.fit(student, data, None, cfg, loss_fn=FARLoss(teacher, "combined", lam=b.lam, sim_input=b.sim_input))
+    assert dtypes == {torch.float16}, f"the LSTMs ran in {dtypes} under autocast (the docs say float16)"
+    assert all(math.isfinite(h["train_loss"]) and math.isfinite(h["train_sim"]) for h in hist), hist
+    trained = [p for p in student.parameters() if p.requires_grad]
+    assert all(torch.isfinite(p).all() for p in trained)
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in trained)
+
+
+@cuda
+def test_far_attributions_differentiate_eval_mode_lstms_on_the_gpu():
+    from methods.far import replace_attention
+    from workbench.analysis.attribution import integrated_gradients, saliency
+    from workbench.analysis.dependency import model_dependency
+
+    torch.manual_seed(0)
+    far = replace_attention(VisionTransformer(**TINY)).cuda().eval()
+    x = torch.randn(2, 3, 16, 16, device="cuda", requires_grad=True)
+    with pytest.raises(RuntimeError, match="cudnn RNN backward can only be called in training mode"):
+        far(x)[:, 0].sum().backward()  # why methods.devices.differentiable exists
+    target = torch.tensor([0, 3], device="cuda")
+    attr, amap, gap = integrated_gradients(far, x.detach(), target, n_steps=8)
+    sal, _ = saliency(far, x.detach(), target)
+    dep = model_dependency(far, x.detach(), layers=[0], queries=[0], method="batched")
+    assert all(torch.isfinite(t).all() for t in (attr, gap, sal, dep)) and torch.backends.cudnn.enabled
+
+
+@cuda
+def test_attentionlite_column_shrink_passes_its_check_on_the_gpu():
+    """The shrunk AttentionLite model equals the masked one within the pipeline's tolerance in full float32 (TF32,
+    cuDNN's default for convolutions, alone differs by more)."""
+    import timm
+
+    import methods.attentionlite as al
+    from workbench.pipelines.attentionlite_run import SHRINK_TOLERANCE
+
+    torch.manual_seed(0)
+    model = timm.create_model("sa_resnet_demo", num_classes=10).cuda()
+    hook = al.SparseMomentum(model, 0.3, "column", epochs=1)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                m.weight.add_(torch.randn_like(m.weight) * 0.1)
+    hook.apply(model)
+    model.eval()
+    small = al.shrink(model, hook.weight_masks())
+    x = torch.randn(64, 1, 28, 28, device="cuda")
+    with torch.no_grad(), exact_float32():
+        gap = (small(x) - model(x)).abs().max().item()
+    with torch.no_grad():
+        tf32_gap = (small(x) - model(x)).abs().max().item()
+    print(f"shrunk vs masked: {gap:.2e} in full float32, {tf32_gap:.2e} with the default TF32 flags")
+    assert gap <= SHRINK_TOLERANCE
