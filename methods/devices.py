@@ -14,18 +14,21 @@
   later GPUs cuDNN convolutions run in TF32 by default (``torch.backends.cudnn.allow_tf32`` is True), about 1e-3
   relative error, so a 1e-4 check that holds on any CPU fails there after all the training that precedes it.
 - :func:`to_numpy` — a tensor's values as a NumPy array wherever the tensor lives (``.numpy()`` raises on a GPU).
+- :func:`wall_clock` — elapsed wall time of work that may run on a GPU (queued kernels finished before each reading);
+  ``time.process_time`` counts only this process's CPU time, which on a GPU is mostly waiting, not the cost.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+import time
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
 import torch.nn as nn
 
-__all__ = ["has_rnn", "differentiable", "exact_float32", "to_numpy"]
+__all__ = ["has_rnn", "differentiable", "exact_float32", "to_numpy", "wall_clock"]
 
 
 def has_rnn(*modules: object) -> bool:
@@ -78,3 +81,21 @@ def exact_float32() -> Iterator[None]:
 def to_numpy(t: torch.Tensor) -> np.ndarray:
     """``t``'s values as a NumPy array, copied to the host when ``t`` lives on a GPU (detached from any graph)."""
     return t.detach().cpu().numpy()
+
+
+def wall_clock(device: str | torch.device = "cpu") -> Callable[[], float]:
+    """Start a clock; calling it returns the wall seconds since, after the GPU's queued work on ``device`` finished."""
+
+    def sync() -> None:
+        dev = torch.device(device)
+        if dev.type == "cuda" and torch.cuda.is_available():
+            torch.cuda.synchronize(dev)
+
+    sync()
+    start = time.perf_counter()
+
+    def elapsed() -> float:
+        sync()
+        return time.perf_counter() - start
+
+    return elapsed

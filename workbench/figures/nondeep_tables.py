@@ -46,7 +46,7 @@ def table5_data(ctx: Context) -> xr.Dataset:
         src = run.config["source_run"]
         recs.append({"schedule": schedule, "div": div, "run": run.id, "branched_run": src, "val_acc": r["val_acc"],
                      "branched_val_acc": r["branched_val_acc"], "form": r["form"], "blocks": r["blocks"],
-                     "train_cpu_s": r["train_cpu_s"], "paper": PAPER_TABLE5.get((schedule, div), (np.nan,) * 3)})
+                     "train_cpu_s": r["train_cpu_s"], "train_wall_s": r.get("train_wall_s") or float("nan"), "paper": PAPER_TABLE5.get((schedule, div), (np.nan,) * 3)})
         if schedule in ("none", "instant") and div:  # the paper has these rows without the regulariser only
             recs[-1]["paper"] = (np.nan,) * 3
     a = b.ablation or b.join
@@ -54,6 +54,7 @@ def table5_data(ctx: Context) -> xr.Dataset:
         {"val_acc": ("row", [r["val_acc"] for r in recs]),
          "branched_val_acc": ("row", [r["branched_val_acc"] for r in recs]),
          "correct": (("row", "sample"), np.stack(correct)), "train_cpu_s": ("row", [r["train_cpu_s"] for r in recs]),
+         "train_wall_s": ("row", [r["train_wall_s"] for r in recs]),
          "paper": (("row", "paper_model"), np.array([r["paper"] for r in recs], dtype=float))},
         coords={"row": np.arange(len(recs)), "sample": np.arange(len(labels)),
                 "paper_model": ["D-MAE-6-R", "D-MAE-4-R", "D-MAE-3-R"],
