@@ -445,7 +445,8 @@ def fit(
 
     Raises:
         ValueError: nothing to train, or fewer training images than one batch when batches are dropped.
-        FloatingPointError: a non-finite loss.
+        FloatingPointError: a non-finite loss (read every :data:`SYNC_EVERY` steps and at the end of the epoch,
+            before its checkpoint: the run stops without saving what the non-finite steps did).
     """
     from timm.optim import create_optimizer_v2
     from timm.scheduler import create_scheduler_v2
