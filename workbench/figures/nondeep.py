@@ -23,8 +23,8 @@ import numpy as np
 import xarray as xr
 
 from workbench.figures import Finding, consecutive_groups, dataset, figure, student
-from workbench.figures.findings_nondeep import fig4_verdict, fig5_verdict, fig6_verdict
 from workbench.figures.context import Context
+from workbench.figures.findings_nondeep import fig4_verdict, fig5_verdict, fig6_verdict
 
 PAPER = "nondeep"
 
