@@ -17,9 +17,16 @@ One loop, composed from small parts instead of subclassed:
 
 Determinism and resume: every epoch reseeds torch's, NumPy's and Python's generators from
 ``seed + epoch`` (augmentations draw from all three: timm's Mixup from NumPy, RandAugment from
-Python; DataLoader workers are seeded from torch's) and shuffles with a generator seeded the same
-way (a ``sampler`` gets ``set_epoch``), so an interrupted run that resumes from its last epoch
-checkpoint ends with the same weights and metrics as an uninterrupted one (on the CPU).
+Python), the persistent DataLoader workers reseed theirs from the same epoch seed, and the shuffle
+is seeded the same way (every sampler gets ``set_epoch``), so an interrupted run that resumes from
+its last epoch checkpoint ends with the same weights and metrics as an uninterrupted one (on the CPU).
+
+Throughput: one DataLoader serves all epochs (persistent workers: ``num_workers=None`` gives several
+per rank on CUDA and none on the CPU, see :func:`workers_for`; pinned memory on CUDA); the loss and
+its parts are summed on the device and read by the host every :data:`SYNC_EVERY` steps and at the end
+of the epoch (the non-finite check included), not every step. Mixed precision (``amp``): bfloat16
+autocast on CUDA; LSTMs run in float16 there (PyTorch's autocast rule for cuDNN RNNs), so a model
+with LSTMs trains with a gradient scaler (:func:`grad_scaler`), checkpointed with the epoch.
 Checkpoints are written atomically (temporary file + rename): the model as safetensors, the
 optimizer and schedule state as a tensors-only ``.pt`` read back with ``weights_only=True``.
 
@@ -47,9 +54,12 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
+from methods.devices import has_rnn
 from methods.io import atomic_save_safetensors, atomic_torch_save
 
-LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
+#: ``(model, images, targets) -> (loss, parts)``; parts are detached 0-dim tensors (summed on the device, read once per
+#: epoch: no host sync per step) or floats.
+LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, "torch.Tensor | float"]]]
 #: ``(images, targets) -> (images, targets)`` applied to every training batch on the device (e.g. mixup).
 BatchTransform = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 #: ``(dataset, world_size, rank) -> sampler`` with ``set_epoch(epoch)``; one rank's share of every epoch.
@@ -106,9 +116,9 @@ class TrainConfig:
     label_smoothing: float = 0.0  # for the default cross-entropy loss
     seed: int = 0  # seeds shuffling and augmentation (the teacher pipeline also seeds the initialisation with it)
     device: str = "auto"  # "auto", "cpu", "cuda" or "cuda:N"
-    amp: bool = False  # bfloat16 autocast on CUDA
+    amp: bool = False  # bfloat16 autocast on CUDA (LSTMs: float16 with a gradient scaler, see grad_scaler)
     eval_every: int = 1  # evaluate on the held-out set every N epochs (and at the last)
-    num_workers: int = 0  # DataLoader workers
+    num_workers: int | None = None  # DataLoader workers; None: auto (workers_for: several on CUDA, none on the CPU)
     progress: bool = True  # show a progress bar (rank 0 only)
     cpu_threads: int | None = None  # torch intra-op threads on CPU during fit (None: torch's default)
 
@@ -238,7 +248,7 @@ def main_decides(value=None):
 def cross_entropy(label_smoothing: float = 0.0) -> LossFn:
     def loss_fn(model, images, targets):
         loss = F.cross_entropy(model(images), targets, label_smoothing=label_smoothing)
-        return loss, {"ce": loss.item()}
+        return loss, {"ce": loss.detach()}
 
     return loss_fn
 
@@ -251,7 +261,7 @@ def soft_target_cross_entropy() -> LossFn:
 
     def loss_fn(model, images, targets):
         loss = criterion(model(images), targets)
-        return loss, {"ce": loss.item()}
+        return loss, {"ce": loss.detach()}
 
     return loss_fn
 
@@ -301,12 +311,13 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 def save_checkpoint(ckpt_dir: Path, model: nn.Module, optimizer, epoch: int, num_updates: int, metrics: list[dict],
-                    hooks: list[dict] | None = None) -> None:
-    """Epoch checkpoint: ``model.safetensors`` + ``train_state.pt`` (optimizer, epoch, metrics, hook states)."""
+                    hooks: list[dict] | None = None, scaler: dict | None = None) -> None:
+    """Epoch checkpoint: ``model.safetensors`` + ``train_state.pt`` (optimizer, epoch, metrics, hook states, and the
+    gradient scaler's state where one is used)."""
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     atomic_torch_save(
         {"optimizer": optimizer.state_dict(), "epoch": epoch, "num_updates": num_updates, "metrics": metrics,
-         "hooks": hooks or []},
+         "hooks": hooks or [], **({"scaler": scaler} if scaler else {})},
         ckpt_dir / "train_state.pt",
     )
     atomic_save_safetensors(unwrap(model).state_dict(), ckpt_dir / "model.safetensors", {"epoch": str(epoch)})
@@ -354,6 +365,125 @@ def evaluate(model: nn.Module, loader: Iterable, device: torch.device) -> dict[s
     return {"val_acc": (stats[0] / stats[2]).item(), "val_loss": (stats[1] / stats[2]).item()}
 
 
+#: Steps between reads of the running loss on the host (the non-finite check, the progress bar): no sync every step.
+SYNC_EVERY = 50
+
+
+def workers_for(cfg: TrainConfig, device: torch.device) -> int:
+    """DataLoader workers per rank: ``cfg.num_workers``, or for ``None`` none on the CPU (the demo's in-memory sets load
+    faster in the process, and CPU runs keep their exact results) and ``min(8, CPUs / local ranks)`` on CUDA (decoding
+    and augmenting paper-scale images keeps a GPU busy only from several processes)."""
+    if cfg.num_workers is not None:
+        return cfg.num_workers
+    if device.type != "cuda":
+        return 0
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    return max(1, min(8, (os.cpu_count() or 1) // local))
+
+
+def grad_scaler(cfg: TrainConfig, device: torch.device, model: nn.Module) -> torch.amp.GradScaler | None:
+    """A gradient scaler where autocast runs something in float16, else None.
+
+    ``cfg.amp`` autocasts to bfloat16, which needs no scaler, except for recurrent layers: PyTorch's autocast rule for
+    cuDNN RNNs (``_cudnn_rnn``) casts them to float16 whatever the autocast dtype, so a model with LSTMs (FAR) trains
+    its LSTMs in float16, whose small gradients underflow without loss scaling. (Outside CUDA, or with cuDNN off, the
+    LSTM cells follow the autocast dtype.)
+    """
+    if not (cfg.amp and device.type == "cuda" and torch.backends.cudnn.enabled and has_rnn(model)):
+        return None
+    return torch.amp.GradScaler("cuda")
+
+
+class _EpochShuffle(Sampler[int]):
+    """The training order without DDP: a permutation seeded by ``seed * 1000 + epoch`` (``set_epoch``).
+
+    The order of ``DataLoader(shuffle=True, generator=torch.Generator().manual_seed(seed * 1000 + epoch))``, which
+    draws one number (its workers' base seed) before the permutation; drawing it here too keeps the results of runs
+    made when the loader was rebuilt every epoch. As a sampler it lets one loader, and its workers, serve all epochs.
+    """
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.seed, self.epoch = n, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[int]:
+        gen = torch.Generator().manual_seed(self.seed * 1000 + self.epoch)
+        torch.empty((), dtype=torch.int64).random_(generator=gen)  # the DataLoader's base-seed draw (docstring)
+        return iter(torch.randperm(self.n, generator=gen).tolist())
+
+
+class _EpochSeeded(Dataset):
+    """``dataset`` whose worker processes reseed torch, NumPy and Python at their first sample of every epoch.
+
+    Persistent workers keep their generators from epoch to epoch; reseeding each worker from the epoch's seed
+    (``set_seed``, shared memory) and its id makes an epoch's augmentations depend on the epoch alone, so a resumed
+    run draws what an uninterrupted one drew, as it did when every epoch had fresh workers.
+    """
+
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+        self.seed = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._seen: int | None = None  # the seed this process last reseeded from
+
+    def set_seed(self, seed: int) -> None:
+        self.seed.fill_(seed)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        seed = int(self.seed)
+        if seed != self._seen:
+            info = torch.utils.data.get_worker_info()
+            worker_seed = seed * 1009 + (info.id if info is not None else 0) + 1
+            torch.manual_seed(worker_seed)
+            np.random.seed(worker_seed % 2**32)
+            random.seed(worker_seed)
+            self._seen = seed
+        return self.dataset[index]
+
+
+def _restore_scaler(scaler: torch.amp.GradScaler | None, ckpt_dir: Path | None) -> torch.amp.GradScaler | None:
+    """``scaler`` with the state of the checkpoint in ``ckpt_dir`` (the loss scale reached before an interruption)."""
+    state_path = Path(ckpt_dir) / "train_state.pt" if ckpt_dir is not None else None
+    if scaler is not None and state_path is not None and state_path.exists():
+        saved = torch.load(state_path, map_location="cpu", weights_only=True).get("scaler")
+        if saved:
+            scaler.load_state_dict(saved)
+    return scaler
+
+
+class _RunningSums:
+    """Per-epoch sums of the loss and its parts, kept where they are (tensors on the device) and read once."""
+
+    def __init__(self, device: torch.device):
+        self.sums: dict[str, torch.Tensor | float] = {}
+        self.steps = 0
+        self.nonfinite = torch.zeros((), dtype=torch.bool, device=device)  # any non-finite loss so far
+
+    def add(self, loss: torch.Tensor, parts: dict) -> None:
+        loss = loss.detach()
+        self.nonfinite |= ~torch.isfinite(loss)
+        for k, v in {"loss": loss, **parts}.items():
+            v = v.detach().double() if isinstance(v, torch.Tensor) else float(v)  # float64: as Python's float sums
+            self.sums[k] = self.sums.get(k, 0.0) + v
+        self.steps += 1
+
+    def check(self, epoch: int) -> None:
+        """Raise if any loss so far was not finite (one host sync)."""
+        if bool(self.nonfinite):
+            raise FloatingPointError(f"the loss was not finite (NaN or inf) in epoch {epoch}; lower the learning rate "
+                                     "or check the data for NaNs")
+
+    def means(self) -> dict[str, float]:
+        return {k: float(v) / max(1, self.steps) for k, v in self.sums.items()}
+
+
 def fit(
     model: nn.Module,
     train_set: Dataset,
@@ -391,7 +521,8 @@ def fit(
 
     Raises:
         ValueError: nothing to train, or fewer training images than one batch when batches are dropped.
-        FloatingPointError: a non-finite loss.
+        FloatingPointError: a non-finite loss (read every :data:`SYNC_EVERY` steps and at the end of the epoch,
+            before its checkpoint: the run stops without saving what the non-finite steps did).
     """
     from timm.optim import create_optimizer_v2
     from timm.scheduler import create_scheduler_v2
@@ -416,11 +547,11 @@ def fit(
     elif world > 1:
         train_sampler = DistributedSampler(train_set, world, rank, shuffle=True, seed=cfg.seed, drop_last=True)
     else:
-        train_sampler = None  # a plain shuffle, seeded per epoch
+        train_sampler = _EpochShuffle(len(train_set), cfg.seed)  # a plain shuffle, seeded per epoch
     # Mixup needs even batches: the last incomplete one is dropped. Under DDP the samplers already give every rank
     # the same number of samples, so every rank takes the same number of steps with a partial last batch too.
     drop_last = batch_transform is not None
-    per_epoch = len(train_sampler) if train_sampler is not None else len(train_set)  # samples of this rank
+    per_epoch = len(train_sampler)  # samples of this rank
     if drop_last and 0 < per_epoch < per_rank:
         # a set smaller than one batch (a trial on a few images): one batch of all of them (even, for mixup)
         fitted = per_epoch - per_epoch % 2
@@ -447,16 +578,25 @@ def fit(
     # what DDP's static-graph mode needs to handle both.
     train_model = nn.parallel.DistributedDataParallel(model, static_graph=True) if world > 1 else model
     pin = device.type == "cuda"  # pinned host memory: asynchronous copies to the GPU
+    workers = workers_for(cfg, device)
     val_loader = None
     if val_set is not None:
         # each rank its own share, unpadded (DistributedSampler repeats images to even the shares out, which counts
         # them twice: 9 images on 2 ranks were scored as 10); evaluate all-reduces the sums once, at the end
         val_sampler = list(range(rank, len(val_set), world)) if world > 1 else None
-        val_loader = DataLoader(val_set, batch_size=256, sampler=val_sampler, num_workers=cfg.num_workers,
-                                pin_memory=pin)
+        val_loader = DataLoader(val_set, batch_size=256, sampler=val_sampler, num_workers=workers, pin_memory=pin,
+                                persistent_workers=workers > 0)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.amp and device.type == "cuda")
+    scaler = _restore_scaler(grad_scaler(cfg, device, model), ckpt_dir)
 
-    collate = getattr(train_set, "collate_fn", None)  # a dataset may batch its own augmentation
+    # One loader for all epochs (persistent workers, each epoch reseeded: _EpochSeeded). It draws its workers' base
+    # seed from `generator`, torch's global one when None: a given sampler without workers keeps drawing it there every
+    # epoch, as the per-epoch loaders of earlier versions did (the same results); otherwise a private generator.
+    data = _EpochSeeded(train_set) if workers else train_set
+    private = torch.Generator() if workers or isinstance(train_sampler, _EpochShuffle) else None
+    loader = DataLoader(data, sampler=train_sampler, batch_size=per_rank, num_workers=workers, drop_last=drop_last,
+                        collate_fn=getattr(train_set, "collate_fn", None),  # a dataset may batch its own augmentation
+                        pin_memory=pin, persistent_workers=workers > 0, generator=private)
     done = 0
     for epoch in range(start, cfg.epochs):
         if stop_after is not None and done >= stop_after:
@@ -466,17 +606,11 @@ def fit(
         torch.manual_seed(epoch_seed)
         np.random.seed(epoch_seed % 2**32)  # timm's Mixup
         random.seed(epoch_seed)  # timm's RandAugment / RandomErasing without DataLoader workers
-        loader_kw = dict(batch_size=per_rank, num_workers=cfg.num_workers, drop_last=drop_last, collate_fn=collate,
-                         pin_memory=pin)
-        if train_sampler is not None:
-            train_sampler.set_epoch(epoch)
-            loader = DataLoader(train_set, sampler=train_sampler, **loader_kw)
-        else:
-            gen = torch.Generator().manual_seed(cfg.seed * 1000 + epoch)
-            loader = DataLoader(train_set, shuffle=True, generator=gen, **loader_kw)
+        train_sampler.set_epoch(epoch)
+        if workers:
+            data.set_seed(epoch_seed)
         train_model.train()
-        sums: dict[str, float] = {}
-        n_batches = 0
+        sums = _RunningSums(device)
         bar = _progress(loader, f"epoch {epoch + 1}/{cfg.epochs}", cfg.progress and rank == 0)
         for images, targets in bar:
             images, targets = images.to(device, non_blocking=True), targets.to(device, non_blocking=True)
@@ -484,21 +618,25 @@ def fit(
                 images, targets = batch_transform(images, targets)
             with autocast:
                 loss, parts = loss_fn(train_model, images, targets)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"loss is {loss.item()} at epoch {epoch}; lower the learning rate or check the data for NaNs")
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            if scaler is None:
+                loss.backward()
+                optimizer.step()
+            else:  # float16 LSTMs under autocast (grad_scaler); the scaler skips steps whose gradients overflowed
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
             num_updates += 1
             scheduler.step_update(num_updates)
             for hook in hooks:
                 hook.after_step(unwrap(train_model), optimizer)
-            for k, v in {"loss": loss.item(), **parts}.items():
-                sums[k] = sums.get(k, 0.0) + float(v)
-            n_batches += 1
-            if hasattr(bar, "set_postfix"):
-                bar.set_postfix(loss=f"{loss.item():.3f}")
-        metrics = {"epoch": epoch, **{f"train_{k}": v / max(1, n_batches) for k, v in sums.items()}}
+            sums.add(loss, parts)
+            if sums.steps % SYNC_EVERY == 0:  # the host reads the device only every SYNC_EVERY steps
+                sums.check(epoch)
+                if hasattr(bar, "set_postfix"):
+                    bar.set_postfix(loss=f"{sums.means()['loss']:.3f}")
+        sums.check(epoch)
+        metrics = {"epoch": epoch, **{f"train_{k}": v for k, v in sums.means().items()}}
         metrics["lr"] = optimizer.param_groups[0]["lr"]
         for hook in hooks:
             metrics.update(hook.on_epoch_end(unwrap(train_model), optimizer, epoch) or {})
@@ -507,7 +645,8 @@ def fit(
         metrics["epoch_time_s"] = time.perf_counter() - t0
         history.append(metrics)
         if rank == 0 and ckpt_dir is not None:
-            save_checkpoint(Path(ckpt_dir), model, optimizer, epoch, num_updates, history, [h.state_dict() for h in hooks])
+            save_checkpoint(Path(ckpt_dir), model, optimizer, epoch, num_updates, history, [h.state_dict() for h in hooks],
+                            scaler=scaler.state_dict() if scaler is not None else None)
         if rank == 0 and on_epoch_end is not None:
             on_epoch_end(epoch, metrics)
         if world > 1:

@@ -210,6 +210,7 @@ def test_far_loss_schedules(teacher, images, schedule):
     student = freeze_for_distillation(replace_attention(teacher)).train()
     fn = FARLoss(teacher, schedule, lam=0.5)
     loss, parts = fn(student, images, targets)
+    parts = {k: float(v) for k, v in parts.items()}  # 0-dim tensors: fit reads them once per epoch
     ce = nn.functional.cross_entropy(student.eval()(images), targets).item()
     assert parts["ce"] == pytest.approx(ce, rel=1e-5)
     expected = {"scratch": ce, "cls": ce, "sim": 0.5 * parts.get("sim", 0), "combined": ce + 0.5 * parts.get("sim", 0)}
@@ -224,6 +225,7 @@ def test_far_loss_teacher_forcing_and_hoyer(teacher, images):
     student = replace_attention(teacher).eval()
     fn = FARLoss(teacher, "sim", sim_input="teacher", hoyer_weight=1e-4)
     loss, parts = fn(student, images, torch.tensor([0, 1]))
+    parts = {k: float(v) for k, v in parts.items()}  # 0-dim tensors: fit reads them once per epoch
     t_outs = block_outputs(teacher, images)
     t_ins = [student.blocks[0](student.norm_pre(student._pos_embed(student.patch_embed(images))))]
     manual = similarity_loss([t_ins[0], student.blocks[1](t_outs[0])], t_outs)

@@ -349,6 +349,7 @@ def test_attention_distillation_and_loss_object(teacher, images):
     model = nd.branch(teacher, 2).float().train()
     loss_fn = nd.NonDeepLoss(teacher.float(), distill_weight=10.0, diversity_weight=0.05, kd_weight=1.0)
     loss, parts = loss_fn(model, images.float(), torch.tensor([0, 1, 2]))
+    parts = {k: float(v) for k, v in parts.items()}  # 0-dim tensors: fit reads them once per epoch
     assert set(parts) == {"ce", "attn", "div", "kd"}
     expected = parts["ce"] + 10 * parts["attn"] + 0.05 * parts["div"] + parts["kd"]
     assert loss.item() == pytest.approx(expected, rel=1e-5)

@@ -418,3 +418,34 @@ def test_foreach_update_gives_the_per_tensor_loops_weights(opt):
     a, b = models[False].state_dict(), models[True].state_dict()
     assert not torch.equal(a["head.weight"], start["head.weight"])  # the steps moved the weights
     assert all(torch.equal(a[n], b[n]) for n in a), [n for n in a if not torch.equal(a[n], b[n])][:5]
+
+
+def test_persistent_workers_resume_exactly(tmp_path):
+    """One loader with persistent workers serves every epoch; the workers reseed from each epoch's seed, so a resumed
+    run draws the same augmentations (the demo's batched jitter runs in the workers) as an uninterrupted one."""
+    train, val = _data()
+    cfg = replace(CFG, num_workers=2)
+    torch.manual_seed(0)
+    full = timm.create_model("vit_demo")
+    init = {k: v.clone() for k, v in full.state_dict().items()}
+    h_full = fit(full, train, val, cfg, ckpt_dir=tmp_path / "a")
+    part = timm.create_model("vit_demo")
+    part.load_state_dict(init)
+    fit(part, train, val, cfg, ckpt_dir=tmp_path / "b", stop_after=1)
+    resumed = timm.create_model("vit_demo")
+    h2 = fit(resumed, train, val, cfg, ckpt_dir=tmp_path / "b")
+    assert _strip(h2) == _strip(h_full)
+    for k, v in full.state_dict().items():
+        assert torch.equal(v, resumed.state_dict()[k]), k
+
+
+def test_workers_default_to_none_on_the_cpu_and_several_per_rank_on_cuda(monkeypatch):
+    from methods.train import workers_for
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 32)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert workers_for(CFG, torch.device("cpu")) == 0  # CFG leaves num_workers at None: auto
+    assert workers_for(CFG, torch.device("cuda")) == 4  # 32 CPUs over 8 ranks
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert workers_for(CFG, torch.device("cuda")) == 8  # at most 8
+    assert workers_for(replace(CFG, num_workers=3), torch.device("cuda")) == 3

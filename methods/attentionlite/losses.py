@@ -154,7 +154,7 @@ class SparseDistillationLoss:
             logits = model(images)
         return logits, [cache[n] for n in names]
 
-    def __call__(self, student: nn.Module, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    def __call__(self, student: nn.Module, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         use_at = self.beta > 0
         if use_at and not self.stages:
             self.stages = stage_names(_unwrap(student))
@@ -171,9 +171,9 @@ class SparseDistillationLoss:
         ce = F.cross_entropy(s_logits, targets)
         kl = kd_loss(s_logits, t_logits, self.rho, self.kl_scale)
         loss = self.alpha * ce + (1.0 - self.alpha) * kl
-        parts = {"ce": ce.item(), "kl": kl.item()}
+        parts = {"ce": ce.detach(), "kl": kl.detach()}
         if use_at:
             at = at_loss(s_maps, t_maps, p=self.p, form=self.at_form, resize=self.resize, names=names)
             loss = loss + self.beta / 2 * at
-            parts["at"] = at.item()
+            parts["at"] = at.detach()
         return loss, parts

@@ -53,7 +53,10 @@ def _iter_lstms(sub: MultiHeadBiLSTM) -> Iterator[tuple[int, int, nn.Module, sli
     """``(head, direction, lstm, out_proj column slice, original index of each local unit)``."""
     for i, (lstm, sl) in enumerate(zip(sub.lstms, sub.out_proj_slices())):
         n, d = divmod(i, 2)
-        yield n, d, lstm, sl, sub.kept[n, d].nonzero().squeeze(-1)
+        if lstm.hidden_size == sub.hidden_dim:  # every unit kept (training before shrink): no nonzero, no host sync
+            yield n, d, lstm, sl, torch.arange(sub.hidden_dim, device=sub.kept.device)
+        else:
+            yield n, d, lstm, sl, sub.kept[n, d].nonzero().squeeze(-1)
 
 
 def _safe_sqrt(sq: torch.Tensor) -> torch.Tensor:
@@ -172,8 +175,11 @@ def apply_masks(model: nn.Module, masks: torch.Tensor) -> nn.Module:
 def mask_hook(masks: torch.Tensor) -> Callable[[nn.Module], None]:
     """A training hook ``hook(model)`` (``fit(hooks=...)``) that re-applies ``masks`` (masked finetuning, §3.3)."""
 
+    on_device: dict[torch.device, torch.Tensor] = {}  # the masks copied to the model's device once, not every step
+
     def hook(model: nn.Module) -> None:
-        apply_masks(model, masks)
+        dev = next(model.parameters()).device
+        apply_masks(model, on_device.setdefault(dev, masks.to(dev)))
 
     return hook
 

@@ -54,7 +54,7 @@ def _logits(out) -> torch.Tensor:
 class FARLoss(nn.Module):
     """The per-batch FAR objective, ``(student, images, targets) -> (loss, parts)``.
 
-    Fits ``methods.train``'s ``loss_fn`` contract. ``parts`` holds floats for logging: ``ce``,
+    Fits ``methods.train``'s ``loss_fn`` contract. ``parts`` holds detached 0-dim tensors for logging: ``ce``,
     ``sim`` (when the schedule uses it) and ``hoyer`` (when ``hoyer_weight > 0``).
 
     Args:
@@ -99,12 +99,12 @@ class FARLoss(nn.Module):
             self.teacher.eval()  # the teacher never trains (no drop-path, no dropout)
         return self
 
-    def forward(self, student: nn.Module, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    def forward(self, student: nn.Module, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         layers = [i for i, _ in substitutes(student)]
         with capture_block_outputs(student) as outs:
             logits = _logits(student(images))
         ce = F.cross_entropy(logits, targets, label_smoothing=self.label_smoothing)
-        parts: dict[str, float] = {"ce": ce.item()}
+        parts: dict[str, torch.Tensor] = {"ce": ce.detach()}  # detached: fit reads them once per epoch
         loss = ce if self.schedule != "sim" else ce.new_zeros(())
         if self.uses_sim:
             if not layers:
@@ -120,10 +120,10 @@ class FARLoss(nn.Module):
                 blocks = _unwrap(student).blocks
                 s_outs = [blocks[i](t_ins[i]) for i in layers]
             sim = similarity_loss(s_outs, [t_outs[i] for i in layers])
-            parts["sim"] = sim.item()
+            parts["sim"] = sim.detach()
             loss = loss + self.lam * sim
         if self.hoyer_weight > 0:
             reg = hoyer_regularizer(student, grouping=self.grouping)
-            parts["hoyer"] = reg.item()
+            parts["hoyer"] = reg.detach()
             loss = loss + self.hoyer_weight * reg
         return loss, parts

@@ -29,6 +29,12 @@ Norm placement (see :func:`methods.far.replace.replace_attention`): the module t
 timm's ``block.attn``, so it receives ``LN1(x)`` from the block's (pretrained, kept) ``norm1`` and
 applies its own LayerNorm on top, as §3.2 says the substitute does.
 
+Precision on a GPU: under CUDA autocast, whatever its dtype (the paper budgets use bfloat16), PyTorch runs
+cuDNN's ``nn.LSTM`` in float16 (its autocast rule for ``_cudnn_rnn``), so :func:`methods.train.fit` trains a model
+with these LSTMs under a gradient scaler (:func:`methods.train.grad_scaler`); the rest of the model follows the
+autocast dtype. ``tests/test_cuda_safety.py`` checks both on a GPU. cuDNN refuses an LSTM backward in eval mode:
+analyses differentiate these modules inside :func:`methods.devices.differentiable`.
+
 Hook points (:mod:`methods.hooks`; no parameters, so state dicts and checkpoints are unchanged). Inside
 a ViT they are named ``blocks.{i}.attn.<suffix>``:
 

@@ -142,7 +142,7 @@ class NonDeepLoss(nn.Module):
         return self
 
     def forward(self, model: nn.Module, images: torch.Tensor,
-                targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+                targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         blocks = parallel_blocks(model)
         if not blocks and (self.distill_weight > 0 or self.diversity_weight > 0):
             raise ValueError(f"{type(model).__name__} is not a branched model (methods.nondeep.branch): attention "
@@ -157,7 +157,7 @@ class NonDeepLoss(nn.Module):
         else:
             logits, cache = model(images), {}
         ce = F.cross_entropy(logits, targets, label_smoothing=self.label_smoothing)
-        loss, parts = ce, {"ce": ce.item()}
+        loss, parts = ce, {"ce": ce.detach()}
         t_logits = None
         if self.distill_weight > 0:
             layers = self.layers or teacher_layers(depth * n, n)
@@ -169,13 +169,13 @@ class NonDeepLoss(nn.Module):
             attn = attention_distillation_loss(_stack_by_block(cache, "attn.hook_pattern", depth, n, prefix),
                                                [t_cache[f"blocks.{t}.attn.hook_pattern"] for t in layers])
             loss = loss + self.distill_weight * attn
-            parts["attn"] = attn.item()
+            parts["attn"] = attn.detach()
         if self.diversity_weight > 0:
             feats = [*_stack_by_block(cache, "attn.hook_out", depth, n, prefix),
                      *_stack_by_block(cache, "mlp.hook_out", depth, n, prefix)]
             div = diversity_loss(feats)
             loss = loss + self.diversity_weight * div
-            parts["div"] = div.item()
+            parts["div"] = div.detach()
         if self.kd_weight > 0:
             if t_logits is None:
                 with torch.no_grad():
@@ -184,7 +184,7 @@ class NonDeepLoss(nn.Module):
             kd = F.kl_div(F.log_softmax(logits / tau, -1), F.log_softmax(t_logits / tau, -1), reduction="batchmean",
                           log_target=True) * tau * tau
             loss = loss + self.kd_weight * kd
-            parts["kd"] = kd.item()
+            parts["kd"] = kd.detach()
         return loss, parts
 
 

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from methods.devices import differentiable
+
 from .config import SaliencyReduce
 from .gates import gate_probes, gated_modules
 
@@ -111,7 +113,7 @@ def window_head_saliency(model: nn.Module, batches: Iterable[tuple[torch.Tensor,
     try:
         for inputs, targets in batches:
             batch = inputs.shape[0]
-            with gate_probes(model, batch) as probes:
+            with differentiable(model), gate_probes(model, batch) as probes:  # (methods.devices; a no-op for a Swin)
                 total = _per_sample_total(loss_fn(model(inputs), targets), batch)
                 grads = torch.autograd.grad(total, probes)  # each (B, W, H): per-sample G
             for s, a, g in zip(sums, abs_sums, grads):

@@ -146,7 +146,7 @@ class Phase1Loss(nn.Module):
             self.teacher.eval()
         return self
 
-    def forward(self, model: nn.Module, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    def forward(self, model: nn.Module, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         found = _attentions(model)
         names = recon_hook_names(model, self.recon)
         if self.teacher is None:
@@ -159,10 +159,10 @@ class Phase1Loss(nn.Module):
             attn_t = teacher_attention(self.teacher, images)[2]
         attn = attention_distillation(model, cache, attn_t, self.recon)
         loss = self.attn_weight * attn
-        parts = {"attn": attn.item()}
+        parts = {"attn": attn.detach()}
         if self.spa_weight > 0:
             spa = basis_l2(model)
-            parts["spa"] = spa.item()
+            parts["spa"] = spa.detach()
             loss = loss + self.spa_weight * spa
         return loss, parts
 
@@ -199,7 +199,7 @@ class Phase2Loss(nn.Module):
         self.teacher.eval()  # the teacher never trains
         return self
 
-    def forward(self, model: nn.Module, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    def forward(self, model: nn.Module, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         if self.teacher.training:
             self.teacher.eval()
         inner = _unwrap(model)
@@ -216,20 +216,20 @@ class Phase2Loss(nn.Module):
         logits = _logits(out)
         t_logits, t_tokens, t_attn = teacher_attention(self.teacher, images) if self.attn_weight > 0 else self._teacher(images)
         ce = F.cross_entropy(logits, targets, label_smoothing=self.label_smoothing)
-        loss, parts = ce, {"ce": ce.item()}
+        loss, parts = ce, {"ce": ce.detach()}
         if self.token_weight > 0:
             token = F.mse_loss(tokens[-1][:, prefix:], t_tokens[:, prefix:])  # (B, T-P, D) patch tokens
-            loss, parts["token"] = loss + self.token_weight * token, token.item()
+            loss, parts["token"] = loss + self.token_weight * token, token.detach()
         if self.cls_weight > 0:
             log_s, log_t = F.log_softmax(logits, dim=-1), F.log_softmax(t_logits, dim=-1)
             if self.kl_direction == "pred_teach":  # Σ p_s (log p_s − log p_t)
                 kl = F.kl_div(log_t, log_s, reduction="batchmean", log_target=True)
             else:  # Σ p_t (log p_t − log p_s)
                 kl = F.kl_div(log_s, log_t, reduction="batchmean", log_target=True)
-            loss, parts["kl"] = loss + self.cls_weight * kl, kl.item()
+            loss, parts["kl"] = loss + self.cls_weight * kl, kl.detach()
         if self.attn_weight > 0:
             attn = attention_distillation(model, cache, t_attn, self.recon)
-            loss, parts["attn"] = loss + self.attn_weight * attn, attn.item()
+            loss, parts["attn"] = loss + self.attn_weight * attn, attn.detach()
         return loss, parts
 
     @torch.no_grad()

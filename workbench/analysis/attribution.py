@@ -13,6 +13,9 @@ Built on captum: :func:`integrated_gradients` and :func:`saliency` call ``captum
   digits: max gap 9 % with 8 nodes, 1.5 % with 16, 1e-4 with 32, 2e-6 with 50). Map: the attributions summed over
   channels (signed; completeness holds for the map's sum).
 - **Saliency** (Simonyan et al. 2014): |∂ logit / ∂ x|, map = maximum over channels (as in the paper).
+
+Both differentiate an eval-mode model inside :func:`methods.devices.differentiable`: for a model with LSTMs (FAR)
+cuDNN is off there, since cuDNN refuses an RNN backward outside training mode; the gradients are the same.
 - **Attention rollout** (Abnar & Zuidema 2020, ViTs only): with Ā_l the head-averaged attention
   probabilities of block l (``blocks.{l}.attn.hook_pattern``, read with
   :func:`methods.hooks.run_with_cache`), the residual connection is accounted for as
@@ -40,6 +43,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from scipy.stats import rankdata
 
+from methods.devices import differentiable
 from methods.hooks import hook_points, run_with_cache
 from workbench.analysis.tokens import vit_token_layout
 
@@ -83,8 +87,9 @@ def integrated_gradients(model: nn.Module, images: torch.Tensor, target: torch.T
     attrs, deltas = [], []
     for sl in _batches(len(images), batch_size):
         x = images[sl]
-        a, d = ig.attribute(x, baselines=torch.zeros_like(x), target=target[sl], n_steps=n_steps,
-                            internal_batch_size=batch_size, return_convergence_delta=True)
+        with differentiable(model):  # an eval-mode LSTM (FAR) differentiates with cuDNN off
+            a, d = ig.attribute(x, baselines=torch.zeros_like(x), target=target[sl], n_steps=n_steps,
+                                internal_batch_size=batch_size, return_convergence_delta=True)
         attrs.append(a.detach())
         deltas.append(d.detach().double())
     attr = torch.cat(attrs)
@@ -137,8 +142,9 @@ def saliency(model: nn.Module, images: torch.Tensor, target: torch.Tensor, *, ba
     from captum.attr import Saliency
 
     sal = Saliency(model)
-    out = torch.cat([sal.attribute(images[sl].detach().requires_grad_(True), target=target[sl], abs=True).detach()
-                     for sl in _batches(len(images), batch_size)])
+    with differentiable(model):  # an eval-mode LSTM (FAR) differentiates with cuDNN off
+        out = torch.cat([sal.attribute(images[sl].detach().requires_grad_(True), target=target[sl], abs=True).detach()
+                         for sl in _batches(len(images), batch_size)])
     return out, out.amax(1)
 
 

@@ -66,6 +66,9 @@ Speed (benchmarks/token_dependency.py, DeiT-Tiny-sized block, T = 197, B = 2, on
 float32, ``wrt="residual"``): factored is ~50x faster than the per-(head, query) loop for attention
 and ~6x for FAR (whose LSTM adjoints are FLOP-bound); the vmap form is 0.3–0.5x of the loop,
 captum 0.2–0.9x. :func:`model_dependency` uses the factored form whenever the block allows it.
+
+On a GPU every form runs with cuDNN off (:func:`methods.devices.differentiable`): the modules are in eval mode and
+cuDNN refuses an LSTM backward outside training mode (attention blocks use no cuDNN kernel, so they lose nothing).
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ import torch.nn as nn
 import xarray as xr
 from einops import rearrange
 
+from methods.devices import differentiable
 from methods.far import check_vit
 from methods.hooks import run_with_cache
 from workbench.analysis import Example, ExtractorOption, examples, register
@@ -144,6 +148,7 @@ def token_jacobians(local: Callable[[torch.Tensor], torch.Tensor], x: torch.Tens
 
 
 @torch.no_grad()
+@differentiable()  # cuDNN off: an eval-mode LSTM cannot be differentiated with it (methods.devices)
 def dependency_factored(
     fn: HeadFn, x: torch.Tensor, queries: Optional[Sequence[int]] = None, chunk_size: Optional[int] = None,
     norm: Norm = "l2",
@@ -201,6 +206,7 @@ def dependency_factored(
 
 
 # --------------------------------------------------------------------------------- reference forms
+@differentiable()  # cuDNN off: an eval-mode LSTM cannot be differentiated with it (methods.devices)
 def dependency(
     fn: Callable, x: torch.Tensor, queries: Optional[Sequence[int]] = None, chunk_size: Optional[int] = None,
     norm: Norm = "l2",
@@ -248,6 +254,7 @@ def _dependency(fn: Callable, x: torch.Tensor, qs: list[int], chunk_size: int, n
     return torch.stack(out, dim=1)  # (B, N, Q, T_k)
 
 
+@differentiable()  # cuDNN off: an eval-mode LSTM cannot be differentiated with it (methods.devices)
 def dependency_loop(fn: Callable, x: torch.Tensor, queries: Optional[Sequence[int]] = None, norm: Norm = "l2") -> torch.Tensor:
     """Reference: one forward, then one ``autograd.grad`` per (head, query). ``(B, N, Q, T)``.
 
@@ -270,6 +277,7 @@ def dependency_loop(fn: Callable, x: torch.Tensor, queries: Optional[Sequence[in
     return torch.stack(out, dim=1)
 
 
+@differentiable()  # cuDNN off: an eval-mode LSTM cannot be differentiated with it (methods.devices)
 def dependency_captum(fn: Callable, x: torch.Tensor, queries: Optional[Sequence[int]] = None, norm: Norm = "l2") -> torch.Tensor:
     """The same with ``captum.attr.Saliency(abs=False)`` per (head, query). ``(B, N, Q, T)``."""
     from captum.attr import Saliency

@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 import xarray as xr
 
+from methods.devices import to_numpy
 from methods.hooks import run_with_cache
 from methods.nondeep import (
     COLLAPSE_VARIANTS,
@@ -107,8 +108,8 @@ def extract_weight_similarity(model: nn.Module, images: torch.Tensor | None = No
     """
     blocks = _branched(model, "branch weight similarity")
     sel = _layers(layers, len(blocks))
-    cos = weight_similarity(model, "cosine")[sel].numpy()  # (layer, module, n, n)
-    cka = weight_similarity(model, "cka")[sel].numpy()
+    cos = to_numpy(weight_similarity(model, "cosine")[sel])  # (layer, module, n, n)
+    cka = to_numpy(weight_similarity(model, "cka")[sel])
     dims = ("layer", "module", "branch_i", "branch_j")
     ds = xr.Dataset({"cosine": (dims, cos), "cka": (dims, cka)},
                     coords={"layer": sel, "module": list(WEIGHT_MODULES), **_branch_coords(cos.shape[-1]),
@@ -145,13 +146,13 @@ def extract_feature_similarity(model: nn.Module, images: torch.Tensor, *, layers
         for mi, m in enumerate(FEATURE_MODULES):
             f = torch.stack([cache[f"blocks.{i}.branches.{b}.{_HOOK[m]}"] for b in range(n)]).double()  # (n, B, T, D)
             unit = f / f.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-            cos[:, li, mi] = torch.einsum("abtd,cbtd->bac", unit, unit).numpy() / f.shape[2]  # (B, n, n)
+            cos[:, li, mi] = to_numpy(torch.einsum("abtd,cbtd->bac", unit, unit)) / f.shape[2]  # (B, n, n)
             rows = f.reshape(n, -1, f.shape[-1])
             rows = rows - rows.mean(1, keepdim=True)  # (n, B·T, D), centred
             hsic = torch.stack([torch.stack([(rows[a].t() @ rows[c]).square().sum() for c in range(n)])
                                 for a in range(n)])  # ‖X_aᵀ X_c‖²_F: (n, n)
             norm = hsic.diagonal().sqrt()
-            cka[li, mi] = (hsic / (norm[:, None] * norm[None, :])).numpy()
+            cka[li, mi] = to_numpy(hsic / (norm[:, None] * norm[None, :]))
     ds = xr.Dataset({"cosine": (("sample", "layer", "module", "branch_i", "branch_j"), cos),
                      "cka": (("layer", "module", "branch_i", "branch_j"), cka)},
                     coords={"sample": np.arange(images.shape[0]), "layer": sel, "module": list(FEATURE_MODULES),
@@ -186,7 +187,7 @@ def extract_join_lambda(model: nn.Module, images: torch.Tensor, *, layers: int |
     rect = torch.stack([blocks[i].rectification(lam[k]) for k, i in enumerate(sel)])
     steps = np.arange(warmup_steps + adjust_steps + 1)
     curves = {f"schedule_{s}": ("step", [lambda_schedule(s, k / warmup_steps) for k in steps]) for s in SCHEDULES}
-    ds = xr.Dataset({"lambda": ("layer", lam.numpy()), "rectification": ("layer", rect.numpy()), **curves},
+    ds = xr.Dataset({"lambda": ("layer", to_numpy(lam)), "rectification": ("layer", to_numpy(rect)), **curves},
                     coords={"layer": sel, "step": steps, "t": ("step", steps / warmup_steps),
                             "branches": blocks[0].num_branches})
     ds["lambda"].attrs.update(units="1", long_name="joining coefficient λ")

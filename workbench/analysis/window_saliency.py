@@ -136,6 +136,7 @@ def extract_window_saliency(
     import torch
     import torch.nn.functional as F
 
+    from methods.devices import differentiable
     from methods.slimswin import add_gates, check_swin, gate_probes, get_masks, is_gated, swin_blocks
 
     check_swin(model)
@@ -164,7 +165,7 @@ def extract_window_saliency(
     grads = []
     for i in range(0, len(images), batch_size):
         x, t = images[i: i + batch_size], target[i: i + batch_size]
-        with torch.enable_grad(), gate_probes(gated, x.shape[0]) as probes:  # also inside a caller's no_grad
+        with torch.enable_grad(), differentiable(gated), gate_probes(gated, x.shape[0]) as probes:  # also under no_grad
             loss = F.cross_entropy(gated(x), t, reduction="sum")  # sum_b loss_b: d/d probe[b] = G[b]
             g = torch.autograd.grad(loss, [probes[l] for l in selected])  # each (b, W, H)
         grads.append(torch.cat([gl.detach().reshape(x.shape[0], -1) for gl in g], dim=1).double().cpu())  # (b, pairs)

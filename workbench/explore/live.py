@@ -85,7 +85,7 @@ def _pruning_masks(model: nn.Module) -> dict[int, np.ndarray] | None:
     masks = ss.get_masks(model)
     if all(bool(m.all()) for m in masks):
         return None  # nothing pruned (a plain Swin teacher): no heads to grey
-    return {i: m.numpy() for i, m in enumerate(masks)}
+    return {i: m.cpu().numpy() for i, m in enumerate(masks)}
 
 
 def _tag(ds: xr.Dataset, image_id: str) -> xr.Dataset:

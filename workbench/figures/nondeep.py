@@ -23,8 +23,8 @@ import numpy as np
 import xarray as xr
 
 from workbench.figures import Finding, consecutive_groups, dataset, figure, student
-from workbench.figures.findings_nondeep import fig4_verdict, fig5_verdict, fig6_verdict
 from workbench.figures.context import Context
+from workbench.figures.findings_nondeep import fig4_verdict, fig5_verdict, fig6_verdict
 
 PAPER = "nondeep"
 
@@ -114,6 +114,8 @@ def students_data(ctx: Context) -> xr.Dataset:
                      "branched_val_acc": r["branched_val_acc"], "paper_formulas_val_acc": r["paper_formulas_val_acc"],
                      "params": r["params"], "macs": r["macs"], "branched_params": r["branched_params"],
                      "branched_macs": r["branched_macs"], "train_cpu_s": r["train_cpu_s"], "collapse_cpu_s": r["cpu_s"],
+                     "train_wall_s": r.get("train_wall_s") or float("nan"),  # runs before the wall clock: NaN
+                     "collapse_wall_s": r.get("wall_s", float("nan")),
                      "exact_error_float64": r["collapse_error_float64"]["exact"],
                      "paper_error_float64": r["collapse_error_float64"].get("paper"), "val_images": r["val_images"]})
     return rows_to_dataset(rows).assign_attrs(budget=json.dumps(_budget_summary(ctx)))
@@ -138,7 +140,7 @@ def baselines_data(ctx: Context) -> xr.Dataset:
         r = run.manifest["results"]
         rows.append({"kind": "depth baseline", "n": n, "blocks": r["blocks"], "run": run.id, "val_acc": r["val_acc"],
                      "val_acc_before_training": r["val_acc_before_training"], "params": r["params"], "macs": r["macs"],
-                     "train_cpu_s": r["cpu_s"]})
+                     "train_cpu_s": r["cpu_s"], "train_wall_s": r.get("wall_s", float("nan"))})
     return rows_to_dataset(rows)
 
 

@@ -18,8 +18,8 @@ import pandas as pd
 import xarray as xr
 
 from workbench.figures import Finding, dataset, figure
-from workbench.figures.findings_nondeep import exactness_verdict, table5_verdict
 from workbench.figures.context import Context
+from workbench.figures.findings_nondeep import exactness_verdict, table5_verdict
 from workbench.figures.nondeep import PAPER, dashed, nondeep_budget, students, table5_runs
 from workbench.plots.table import Table
 
@@ -38,15 +38,15 @@ def table5_data(ctx: Context) -> xr.Dataset:
     labels = torch.cat([y for _, y in DataLoader(val, batch_size=512)])
     correct, recs = [], []
     for schedule, div, run in rows:
-        model = ctx.model(run)
+        model = ctx.model(run, device=ctx.device)  # on the figures' --device, as the run was evaluated
         with torch.no_grad():
-            pred = torch.cat([model(x).argmax(-1) for x, _ in DataLoader(val, batch_size=256)])
-        correct.append((pred == labels).numpy())
+            pred = torch.cat([model(x.to(ctx.device)).argmax(-1).cpu() for x, _ in DataLoader(val, batch_size=256)])
+        correct.append((pred == labels).cpu().numpy())
         r = run.manifest["results"]
         src = run.config["source_run"]
         recs.append({"schedule": schedule, "div": div, "run": run.id, "branched_run": src, "val_acc": r["val_acc"],
                      "branched_val_acc": r["branched_val_acc"], "form": r["form"], "blocks": r["blocks"],
-                     "train_cpu_s": r["train_cpu_s"], "paper": PAPER_TABLE5.get((schedule, div), (np.nan,) * 3)})
+                     "train_cpu_s": r["train_cpu_s"], "train_wall_s": r.get("train_wall_s") or float("nan"), "paper": PAPER_TABLE5.get((schedule, div), (np.nan,) * 3)})
         if schedule in ("none", "instant") and div:  # the paper has these rows without the regulariser only
             recs[-1]["paper"] = (np.nan,) * 3
     a = b.ablation or b.join
@@ -54,6 +54,7 @@ def table5_data(ctx: Context) -> xr.Dataset:
         {"val_acc": ("row", [r["val_acc"] for r in recs]),
          "branched_val_acc": ("row", [r["branched_val_acc"] for r in recs]),
          "correct": (("row", "sample"), np.stack(correct)), "train_cpu_s": ("row", [r["train_cpu_s"] for r in recs]),
+         "train_wall_s": ("row", [r["train_wall_s"] for r in recs]),
          "paper": (("row", "paper_model"), np.array([r["paper"] for r in recs], dtype=float))},
         coords={"row": np.arange(len(recs)), "sample": np.arange(len(labels)),
                 "paper_model": ["D-MAE-6-R", "D-MAE-4-R", "D-MAE-3-R"],

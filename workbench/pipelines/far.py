@@ -32,6 +32,7 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
+from methods.devices import exact_float32
 from methods.far import (
     CONVENTIONS,
     PAPER_TABLE1_IMAGENET,
@@ -203,7 +204,7 @@ def _pruned_body(req: RunRequest, far_run: Run, budget: FARBudget) -> Callable[[
                      ckpt_dir=run.phase_dir("masked_finetune"), on_epoch_end=phase_logger(run, "masked_finetune", reg_cfg.epochs))
         student.eval()
         small = shrink(student, masks).eval()
-        with torch.no_grad():  # the shrunk model computes what the masked one does
+        with torch.no_grad(), exact_float32():  # the shrunk model computes what the masked one does (no TF32 on a GPU)
             images = next(iter(loader))[0][:64].to(dev)
             gap = (small(images) - student(images)).abs().max().item()
         if is_main():

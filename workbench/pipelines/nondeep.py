@@ -26,6 +26,11 @@ DeiT-l rows: the teacher's first L/n blocks trained with the same budget and los
 Refused before any run is written, with a message naming the fix: a branch count that does not divide
 the teacher's depth, an unknown schedule, a teacher that is not a plain timm ViT, and a training too short
 for λ to reach 1 (the collapse would come before joining is complete).
+
+Cost: every run records ``wall_s``, its wall seconds with the GPU's queued work finished
+(:func:`methods.devices.wall_clock`; the cost on a GPU), and ``cpu_s``, the CPU seconds of its process
+(``time.process_time``: on a GPU mostly waiting, so not the cost there); a collapsed run also records
+its branched run's as ``train_wall_s`` / ``train_cpu_s``.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from dataclasses import asdict, replace
 import torch
 import torch.nn as nn
 
+from methods.devices import wall_clock
 from methods.nondeep import (
     COLLAPSE_VARIANTS,
     CONVENTIONS,
@@ -239,7 +245,7 @@ def _branched_body(req: RunRequest, p: JoinPlan):
     b, t = req.budget, req.teacher
 
     def body(run: Run) -> dict:
-        t0 = time.process_time()
+        t0, clock = time.process_time(), wall_clock(resolve_device(req.device))
         cfg = _train_config(p, b, req.device)
         with cpu_threads(b.cpu_threads, req.device):
             dev = resolve_device(req.device)
@@ -260,7 +266,7 @@ def _branched_body(req: RunRequest, p: JoinPlan):
         return {"val_acc": hist[-1]["val_acc"], "lambda": get_lambda(model), "epochs": len(hist),
                 "steps": p.total_steps, "warmup_steps": p.join.warmup_steps, "train_images": len(train_set),
                 "val_images": len(val_set), "teacher_val_acc": _teacher_acc(req), "cpu_s": time.process_time() - t0,
-                **counts}
+                "wall_s": clock(), **counts}
 
     return body
 
@@ -269,7 +275,7 @@ def _collapsed_body(req: RunRequest, src: Run, p: JoinPlan):
     b = req.budget
 
     def body(run: Run) -> dict:
-        t0 = time.process_time()
+        t0, clock = time.process_time(), wall_clock(resolve_device(req.device))
         with cpu_threads(b.cpu_threads, req.device):
             dev = resolve_device(req.device)
             branched = load_model(src.id, device=dev).model
@@ -295,7 +301,8 @@ def _collapsed_body(req: RunRequest, src: Run, p: JoinPlan):
                 "collapse_error_float64": err64, "collapse_error_float32": err32,
                 "teacher_val_acc": src_res.get("teacher_val_acc"), "val_images": len(val_set),
                 "branched_params": src_res["params"], "branched_macs": src_res["macs"], **counts,
-                "train_cpu_s": src_res.get("cpu_s"), "cpu_s": time.process_time() - t0}
+                "train_cpu_s": src_res.get("cpu_s"), "cpu_s": time.process_time() - t0,
+                "train_wall_s": src_res.get("wall_s"), "wall_s": clock()}
 
     return body
 
@@ -304,7 +311,7 @@ def _baseline_body(req: RunRequest, p: JoinPlan):
     b, t = req.budget, req.teacher
 
     def body(run: Run) -> dict:
-        t0 = time.process_time()
+        t0, clock = time.process_time(), wall_clock(resolve_device(req.device))
         cfg = _train_config(p, b, req.device)
         with cpu_threads(b.cpu_threads, req.device):
             dev = resolve_device(req.device)
@@ -321,7 +328,7 @@ def _baseline_body(req: RunRequest, p: JoinPlan):
             counts = model_counts(model)
         return {"val_acc": hist[-1]["val_acc"], "val_acc_before_training": before, "blocks": len(model.blocks),
                 "epochs": len(hist), "steps": p.total_steps, "train_images": len(train_set), "val_images": len(val_set),
-                "teacher_val_acc": _teacher_acc(req), "cpu_s": time.process_time() - t0, **counts}
+                "teacher_val_acc": _teacher_acc(req), "cpu_s": time.process_time() - t0, "wall_s": clock(), **counts}
 
     return body
 

@@ -60,7 +60,7 @@ def kd_loss_fn(teacher: nn.Module, cfg: SlimSwinConfig):
         with torch.no_grad():
             t_logits = teacher(images)
         loss = kd_loss(logits, t_logits, targets, alpha=cfg.kd_alpha, T=cfg.kd_temperature)
-        return loss, {"kd": loss.item()}
+        return loss, {"kd": loss.detach()}
 
     return loss_fn
 
