@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
+import timm
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -484,6 +485,13 @@ class _RunningSums:
         return {k: float(v) / max(1, self.steps) for k, v in self.sums.items()}
 
 
+class _ConstantLR:
+    """What a "constant" schedule without warm-up does: nothing (timm < 1.0.31 has no such scheduler)."""
+
+    def step_update(self, num_updates: int) -> None:
+        pass
+
+
 def fit(
     model: nn.Module,
     train_set: Dataset,
@@ -567,6 +575,11 @@ def fit(
         optimizer, sched=cfg.sched, num_epochs=cfg.epochs, warmup_epochs=cfg.warmup_epochs,
         warmup_lr=cfg.warmup_lr, min_lr=cfg.min_lr, step_on_epochs=False, updates_per_epoch=max(1, updates_per_epoch),
     )
+    if scheduler is None:  # timm < 1.0.31 knows no "constant" and returns None: the optimizer's lr is then constant
+        if cfg.sched != "constant" or cfg.warmup_epochs:
+            raise ValueError(f"timm {timm.__version__} has no scheduler {cfg.sched!r} (with warm-up "
+                             f"{cfg.warmup_epochs}); upgrade timm or choose another schedule")
+        scheduler = _ConstantLR()
     start, num_updates, history = 0, 0, []
     if ckpt_dir is not None:
         restored = load_checkpoint_state(Path(ckpt_dir), model, optimizer, hooks)

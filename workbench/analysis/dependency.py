@@ -248,7 +248,7 @@ def _dependency(fn: Callable, x: torch.Tensor, qs: list[int], chunk_size: int, n
             return _vec_norm(vjp_fn(ct)[0], norm)  # (B, T_key)
 
         for head in range(n):
-            onehot_h = torch.zeros(n, dtype=y.dtype, device=y.device).index_fill(0, torch.tensor(head), 1.0)
+            onehot_h = torch.zeros(n, dtype=y.dtype, device=y.device).index_fill(0, torch.tensor(head, device=y.device), 1.0)
             dep = torch.func.vmap(pull, in_dims=(0, None), chunk_size=chunk_size)(onehot_qs, onehot_h)  # (Q, B, T_k)
             out.append(rearrange(dep, "q b k -> b q k"))
     return torch.stack(out, dim=1)  # (B, N, Q, T_k)
