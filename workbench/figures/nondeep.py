@@ -240,7 +240,7 @@ def fig6_data(ctx: Context) -> xr.Dataset:
         init = ctx.extract("branch_weight_similarity", *_initial(ctx, n), b.analysis_images).load()
         parts[key] = weights.drop_vars(["image", "label"], errors="ignore").assign(
             update=(("layer", "module", "branch_i", "branch_j"), upd),
-            cosine_init=init["cosine"].transpose(*weights["cosine"].dims).values)
+            cosine_init=(weights["cosine"].dims, init["cosine"].transpose(*weights["cosine"].dims).values))
         notes[key] = f"{adjust} steps at λ = 1, top-1 {100 * res['val_acc']:.1f}%"
     ds = _stacked(parts, notes)
     return ds.assign_coords(module=modules)
