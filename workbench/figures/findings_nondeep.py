@@ -257,7 +257,8 @@ def table1_verdict(ds: xr.Dataset, correct: xr.Dataset) -> Verdict:
     ratios = {str(ds["model"].values[i]): ms[i] / ms[teacher] for i in real
               if teacher is not None and kind[i] == "collapsed" and np.isfinite(ms[i])}
     fast = [r <= FASTER for r in ratios.values()]
-    stat = "; ".join(parts) + f" (paired, {correct.sizes['sample']} held-out images); real-size latency / DeiT-Tiny: " \
+    stat = "; ".join(parts) + f" (paired, {correct.sizes['sample']} held-out images, one training seed per arm); " \
+        "real-size latency / DeiT-Tiny: " \
         + (", ".join(f"{m.split(' (')[0]} {r:.2f}×" for m, r in ratios.items()) or "not measured") + " (paper 6-R 0.63×)"
     if not parts:
         return Verdict("not shown", "no collapsed student with a depth baseline", "the table lacks the pairs")

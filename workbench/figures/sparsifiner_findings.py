@@ -79,7 +79,8 @@ def _table4(runs: xr.Dataset, base: xr.Dataset) -> Verdict:
     sp = base["correct"].sel(mask="trained", keep_rate=k).values
     d = paired(sp, lin)
     gap = paired(lin, base["teacher_correct"].values)
-    stat = (f"Sparsifiner − Linformer at k = B (keep {k:g}) {fmt_diff(*d)}; Linformer − teacher {fmt_diff(*gap)}")
+    stat = (f"Sparsifiner − Linformer at k = B (keep {k:g}) {fmt_diff(*d)}; Linformer − teacher {fmt_diff(*gap)} "
+            f"(paired over {len(lin)} held-out images; one training seed per arm)")
     if significant(d) > 0 and gap[1] > -LINFORMER_TOLERANCE:
         return Verdict("shown", stat)
     if significant(d) > 0:
