@@ -271,7 +271,9 @@ figure("nondeep.table5", paper=PAPER, kind="table", data="nondeep.table5", plot=
                "(0.070 vs 0.074 at α = 0; α = 5: 0.019), so ✓ and ✗ trained the same model "
                "(workbench.pipelines.nondeep_budgets.ABLATION_ALPHA).")
 figure("nondeep.exactness", paper=PAPER, kind="table", data="nondeep.exactness", plot=exactness,
-       finding=Finding("the joined branches collapse into L/n ordinary blocks computing the same function",
+       finding=Finding("\"This allows the reparameterization of both the multi-head self-attention (MHSA) and feed "
+                       "forward network (FFN) modules during inference without approximation loss\" (abstract; §3.3, "
+                       "Eq. 5–7): the joined branches collapse into L/n ordinary blocks computing the same function.",
                        "§3.2, Eq. 5–7 (structural reparameterisation, exact by construction)", exactness_verdict),
        caption="Collapse exactness: relative logit error of the collapsed model against the branched model at λ = 1 "
                "under the exact collapse and under each of the paper's merge formulas (Eq. 5–7) one at a time and "

@@ -20,6 +20,7 @@ from workbench.runs import Run
 
 __all__ = ["BASE", "collapse_descriptions", "deit", "real_size_rows",
            "demo_costs_and_latencies", "memory_rows", "lambda_schedules", "initial_branched", "weight_update_similarity",
+           "training_update_similarity",
            "random_four_branch", "ln_factorisation"]
 
 BASE = "deit_tiny_patch16_224"  # the real-size teacher of Tables 1, 10, 11
@@ -161,6 +162,15 @@ def weight_update_similarity(run: Run | str) -> tuple[np.ndarray, list[str]]:
     from workbench.pipelines.nondeep import load_branched, load_joined
 
     return update_similarity(load_joined(run), load_branched(run)).numpy(), list(WEIGHT_MODULES)
+
+
+def training_update_similarity(start: nn.Module, run: Run | str) -> tuple[np.ndarray, list[str]]:
+    """Similarity of the weight updates the branches made from ``start`` (the branched model at its initialisation)
+    to the end of ``run`` (e.g. Table 5's λ = 0 run), ``(block, module, n, n)``, and the modules."""
+    from methods.nondeep import WEIGHT_MODULES, update_similarity
+    from workbench.pipelines.nondeep import load_branched
+
+    return update_similarity(start, load_branched(run)).numpy(), list(WEIGHT_MODULES)
 
 
 def random_four_branch() -> nn.Module:

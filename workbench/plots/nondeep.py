@@ -176,6 +176,11 @@ def plot_similarity_summary(ds: xr.Dataset, variables: dict[str, str], *, title:
     for r, var in enumerate(rows):
         for c, m in enumerate(models):
             a = axes[r, c]
+            if c == 0:
+                a.set_ylabel(variables[var], fontsize="small")
+            if r == 0:
+                note = str(ds["note"].sel(model=m).values) if "note" in ds.coords else ""
+                a.set_title(f"{m}\n{note}" if note else m, fontsize="x-small")
             sub = _present(ds[var].sel(model=m))
             if sub.sizes["layer"] == 0:  # nothing measured for this model (e.g. updates before any training)
                 a.text(0.5, 0.5, f"no {variables[var]}\nfor this model", ha="center", va="center",
@@ -203,11 +208,6 @@ def plot_similarity_summary(ds: xr.Dataset, variables: dict[str, str], *, title:
             a.set_xticks(range(len(modules)), modules, fontsize="x-small")
             a.set_yticks(range(vals.shape[0]), [f"block {int(k)}" for k in sub["layer"].values], fontsize="x-small")
             a.tick_params(length=0, pad=1)
-            note = str(ds["note"].sel(model=m).values) if "note" in ds.coords else ""
-            if r == 0:
-                a.set_title(f"{m}\n{note}" if note else m, fontsize="x-small")
-            if c == 0:
-                a.set_ylabel(variables[var], fontsize="small")
     if im is not None:
         fig.colorbar(im, ax=axes, shrink=0.85, label=units, fraction=0.03)
     if title:
