@@ -131,20 +131,21 @@ def density_data(ctx: Context) -> xr.Dataset:
 
 
 def _distance(student: xr.Dataset, teacher: xr.Dataset) -> np.ndarray:
-    """Mean over images of ‖ψ_S − ψ_T‖₂ per stage, on the stages' cells (the AT loss's geometry)."""
+    """‖ψ_S − ψ_T‖₂ per stage and image ``(stage, sample)``, on the stages' cells (the AT loss's geometry)."""
     out = []
     for st in student.stage.values:
         s = int(student.stride.sel(stage=st))
         cells = dict(y=slice(0, None, s), x=slice(0, None, s))
         diff = student.at_map.sel(stage=st).isel(**cells) - teacher.at_map.sel(stage=st).isel(**cells)
-        out.append(float(np.sqrt((diff ** 2).sum(("y", "x"))).mean("sample")))
+        out.append(np.sqrt((diff ** 2).sum(("y", "x"))).transpose("sample").values)
     return np.array(out)
 
 
 @dataset("attentionlite.at_maps", after=("attentionlite.fig2", "attentionlite.fig3"))
 def at_maps_data(ctx: Context) -> xr.Dataset:
     """Teacher and irregular students' (first seed) AT maps on the analysis images, and every student's distance to
-    the teacher's maps per stage."""
+    the teacher's maps per stage: its mean over the images (``distance``, drawn) and per image (``distance_image``,
+    paired by the verdict)."""
     b = _budget(ctx)
     images = ctx.profile.analysis_images
     teacher = ctx.teacher("cnn")
@@ -161,7 +162,10 @@ def at_maps_data(ctx: Context) -> xr.Dataset:
         for (at, seed), run in demo_runs(ctx, pruning).items():
             dist.append(_distance(ctx.analysis("at_maps", run.id, images).load(), t_maps))
             students.append({"run": run.id, "distill": LOSSES[at], "pruning": pruning, "seed": seed})
-    ds = xr.Dataset({"at_map": out, "image": t_maps["image"], "distance": (("run", "stage"), np.array(dist))})
+    dist = np.array(dist)  # (run, stage, sample)
+    ds = xr.Dataset({"at_map": out, "image": t_maps["image"], "distance": (("run", "stage"), dist.mean(-1)),
+                     "distance_image": (("run", "stage", "sample"), dist)})
+    ds["distance_image"].attrs.update(long_name="‖ψ_student − ψ_teacher‖₂ per image (the verdict pairs them)")
     return ds.assign_coords(run=[s["run"] for s in students],
                             **{k: ("run", [s[k] for s in students]) for k in ("distill", "pruning", "seed")})
 
