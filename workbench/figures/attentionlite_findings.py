@@ -92,8 +92,8 @@ def _baselines(base: xr.Dataset) -> Verdict:
         vs_dense = paired(best, c.sel(model="dense/none").values)
         vs_teacher = paired(best, c.sel(model="teacher").values)
         parts.append(f"{pruning} KD+AT − unoptimised dense student {fmt_diff(*vs_dense)}, − teacher {fmt_diff(*vs_teacher)}")
-        beats, close = significant(vs_dense) > 0, vs_teacher[1] > -TEACHER_GAP
-        met += beats + close
+        beats, close = bool(significant(vs_dense) > 0), bool(vs_teacher[1] > -TEACHER_GAP)
+        met += int(beats) + int(close)
         failed += ([] if beats else [f"{pruning}: not above the unoptimised student"]) + (
             [] if close else [f"{pruning}: may be more than {100 * TEACHER_GAP:.0f} points under the teacher"])
     stat = "; ".join(parts)
@@ -126,8 +126,8 @@ def _at_maps(ds: xr.Dataset) -> Verdict:
         for st in ds["stage"].values:
             d = paired(at.sel(stage=st).values, kd.sel(stage=st).values)
             cells += 1
-            closer += d[2] < 0
-            farther += d[1] > 0
+            closer += int(d[2] < 0)
+            farther += int(d[1] > 0)
             row.append(f"stage {st} {d[0]:+.3f} ({d[1]:+.3f} … {d[2]:+.3f})")
         parts.append(f"{pruning}: " + ", ".join(row))
     seeds = len(np.unique(ds["seed"].values))

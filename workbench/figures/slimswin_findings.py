@@ -177,7 +177,7 @@ def _fig2(masks: xr.Dataset) -> Verdict:
             if 0 < table.sum() < table.size:
                 mixed, forced = _mixed_heads(table)
                 panels += 1
-                dependent += mixed > forced
+                dependent += int(mixed > forced)
     stat = (f"{dependent} of {panels} partly pruned (ratio, layer) panels keep heads in some windows and prune them in "
             "others beyond what their number of pruned pairs forces")
     if panels and dependent == panels:
@@ -208,8 +208,8 @@ def _fig1(ds: xr.Dataset) -> Verdict:
     parts, held, failed = [], 0, []
     for m in ds.model.values:
         a, g = float(share.sel(model=m)), float(mlp.sel(model=m))
-        dominates, substantial = g > a and g > float(others.sel(model=m)), a >= ATTENTION_SHARE
-        held += dominates + substantial
+        dominates, substantial = bool(g > a and g > float(others.sel(model=m))), bool(a >= ATTENTION_SHARE)
+        held += int(dominates) + int(substantial)
         failed += ([] if dominates else [f"{m}: the MLP is not the largest part"]) + (
             [] if substantial else [f"{m}: attention under {100 * ATTENTION_SHARE:.0f} %"])
         parts.append(f"{m}: attention {100 * a:.1f} %, MLP {100 * g:.1f} % of FLOPs")
