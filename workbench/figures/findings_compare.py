@@ -66,7 +66,7 @@ def _student(ds: xr.Dataset, m, lat: dict) -> tuple[str, bool, bool, str] | None
     text = f"{m}: top-1 {100 * d:+.1f} points ({100 * lo:+.1f} … {100 * hi:+.1f}), MACs {macs:.2f}×, {speed}"
     note = ("cheaper" if fewer and faster else
             "fewer MACs but " + ("slower here" if slower else "not faster beyond noise here" if ratio else "no latency")
-            if fewer else "more MACs" + (" and slower here" if slower else ""))
+            if fewer else ("as many" if macs == 1 else "more") + " MACs" + (" and slower here" if slower else ""))
     return text, hi >= 0, fewer and faster, note
 
 
