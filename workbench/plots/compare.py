@@ -29,10 +29,10 @@ import seaborn as sns
 import xarray as xr
 from matplotlib.figure import Figure
 
-from workbench.plots.theme import ATTENTION_CMAP, DIVERGING_CMAP, MISSING_COLOR, PALETTE, PANEL_INCHES
+from workbench.plots.theme import ATTENTION_CMAP, DIVERGING_CMAP, MISSING_COLOR, PANEL_INCHES
 
 __all__ = ["ATTRIBUTION_LABELS", "groups", "model_colors", "matched_layer", "matched_cka", "summary_frame",
-           "plot_cka", "plot_map_agreement", "plot_attributions", "plot_faithfulness"]
+           "model_markers", "plot_cka", "plot_map_agreement", "plot_attributions", "plot_faithfulness"]
 
 ATTRIBUTION_LABELS = {"integrated_gradients": "Integrated Gradients", "saliency": "Saliency",
                       "rollout": "attention rollout", "random": "random map"}
@@ -56,10 +56,22 @@ def _students(ds: xr.Dataset) -> list[str]:
     return [str(m) for m in ds["model"].values if str(m) != _teacher(ds)]
 
 
+#: Student colours in order: hues far apart (the colorblind palette's orange, vermillion and tan, next to each other
+#: in it, read as one orange among six students; grey is left to chance lines)
+STUDENT_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D62728", "#56B4E9", "#8C564B", "#BCBD22", "#17BECF")
+#: Student markers in the same order, so that two lines are told apart without their colour too
+STUDENT_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
+
+
 def model_colors(ds: xr.Dataset) -> dict[str, tuple]:
-    """model label -> colour: the teacher black, the students from the palette in order."""
-    pal = sns.color_palette(PALETTE, max(3, len(_students(ds))))
+    """model label -> colour: the teacher black, the students from :data:`STUDENT_COLORS` in order."""
+    pal = sns.color_palette(list(STUDENT_COLORS))
     return {_teacher(ds): (0.0, 0.0, 0.0), **{m: pal[i % len(pal)] for i, m in enumerate(_students(ds))}}
+
+
+def model_markers(ds: xr.Dataset) -> dict[str, str]:
+    """model label -> marker: the teacher a dot, the students from :data:`STUDENT_MARKERS` in order."""
+    return {_teacher(ds): ".", **{m: STUDENT_MARKERS[i % len(STUDENT_MARKERS)] for i, m in enumerate(_students(ds))}}
 
 
 def matched_layer(i: int, n_teacher: int, n_student: int) -> int:
@@ -202,7 +214,7 @@ def plot_map_agreement(data: xr.Dataset | Mapping[str, xr.Dataset], *, metrics: 
                              squeeze=False, layout="constrained")
     handles: dict[str, object] = {}
     for c, (gtitle, ds) in enumerate(gs.items()):
-        colors = model_colors(ds)
+        colors, markers = model_colors(ds), model_markers(ds)
         names = [str(n) for n in ds["layer_name"].values]
         x = np.arange(len(names))
         missing = []
@@ -220,9 +232,13 @@ def plot_map_agreement(data: xr.Dataset | Mapping[str, xr.Dataset], *, metrics: 
                 lab = ("teacher: its saliency vs its attention" if is_t else f"{m} ({'/'.join(kinds)})")
                 mu, sd = da.mean("sample").values, da.std("sample").values
                 ok = np.isfinite(mu)  # a student of another depth is scored only at the last block of each group
-                (line,) = ax.plot(x[ok], mu[ok], "--" if is_t else "-", marker="o", ms=3, color=colors[m], label=lab,
-                                  lw=1.3)
-                ax.fill_between(x[ok], (mu - sd)[ok], (mu + sd)[ok], color=colors[m], alpha=0.12, lw=0)
+                if ok.all():  # measured at every block: a line with its ± sd band
+                    (line,) = ax.plot(x, mu, "--" if is_t else "-", marker=markers[m], ms=3.5, color=colors[m],
+                                      label=lab, lw=1.3)
+                    ax.fill_between(x, mu - sd, mu + sd, color=colors[m], alpha=0.12, lw=0)
+                else:  # only at some blocks: markers with ± sd bars, no line through the blocks never measured
+                    line = ax.errorbar(x[ok], mu[ok], yerr=sd[ok], fmt=markers[m], ms=5, color=colors[m], label=lab,
+                                       capsize=2, elinewidth=0.9, ls="none")
                 handles.setdefault(f"{gtitle}|{lab}", line)
             ax.set_xticks(x, [n.replace("layers.", "L").replace(".blocks.", ".b").replace("blocks.", "")
                               for n in names], fontsize=7, rotation=0 if len(names) <= 8 else 45)
@@ -338,15 +354,16 @@ def _bare(ax, ylabel: str | None) -> None:
 # ------------------------------------------------------------------------------------ faithfulness
 def plot_faithfulness(data: xr.Dataset | Mapping[str, xr.Dataset], *, attribution: str = "integrated_gradients",
                       title: str | None = None) -> Figure:
-    """Deletion (top) and insertion (bottom) curves of each model's own maps, mean over the images; the teacher's
-    random-map curve (grey, dotted) is chance. A faithful map makes the deletion curve fall early (low AUC) and the
-    insertion curve rise early (high AUC)."""
+    """Deletion (top, log probability: the curves fall within the first steps) and insertion (bottom) curves of each
+    model's own maps — each model's own probability of the class the teacher predicts — mean over the images; the
+    teacher's random-map curve (grey, dotted) is chance. A faithful map makes the deletion curve fall early (low AUC)
+    and the insertion curve rise early (high AUC)."""
     gs = {k: ds for k, ds in groups(data).items() if "deletion" in ds}
     if not gs:
         return _empty(title or "Faithfulness", "no deletion / insertion curves among the comparisons")
     fig, axes = plt.subplots(2, len(gs), figsize=(4.2 * len(gs) + 0.6, 8.4), squeeze=False, layout="constrained")
     for c, (gtitle, ds) in enumerate(gs.items()):
-        colors = model_colors(ds)
+        colors, markers = model_colors(ds), model_markers(ds)
         frac = ds["fraction"].values
         for r, kind in enumerate(("deletion", "insertion")):
             ax = axes[r, c]
@@ -356,17 +373,24 @@ def plot_faithfulness(data: xr.Dataset | Mapping[str, xr.Dataset], *, attributio
                     continue
                 aucv = float(ds[f"{kind}_auc"].sel(model=m, attribution=attribution).mean())
                 ax.plot(frac, cur.mean("sample"), color=colors[m], lw=2.0 if m == _teacher(ds) else 1.3,
-                        label=f"{m}: {aucv:.3f}")
+                        marker=markers[m], ms=3, markevery=max(1, len(frac) // 8), label=f"{m}: {aucv:.3f}")
             if "random" in ds["attribution"].values:
                 rnd = ds[kind].sel(model=_teacher(ds), attribution="random")
                 if np.isfinite(rnd.values).any():
                     ax.plot(frac, rnd.mean("sample"), ":", color="0.5",
                             label=f"teacher, random map: {float(ds[f'{kind}_auc'].sel(model=_teacher(ds), attribution='random').mean()):.3f}")
-            ax.set_ylim(0, 1.02)
+            if kind == "deletion":  # the curves fall within the first steps and stay near 0: a log axis shows them
+                low = [float(np.nanmin(line.get_ydata())) for line in ax.get_lines()]
+                low = [v for v in low if v > 0]
+                ax.set_yscale("log")
+                ax.set_ylim(max(1e-5, 0.5 * min(low)) if low else 1e-3, 1.3)
+            else:
+                ax.set_ylim(0, 1.02)
             ax.set_xlim(0, 1)
             ax.set_xlabel(f"fraction of pixels {'deleted (most attributed first)' if kind == 'deletion' else 'inserted'}",
                           fontsize=8)
-            ax.set_ylabel("p(class the teacher predicts)", fontsize=8)
+            ax.set_ylabel("each model's own probability of\nthe class the teacher predicts" +
+                          (" (log)" if kind == "deletion" else ""), fontsize=8)
             ax.set_title(f"{gtitle}: {kind}", fontsize=9)
             ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False,
                       title=f"{kind} AUC", title_fontsize=6)  # below the panel: covers no curve

@@ -81,7 +81,7 @@ def plot_entropy(ds: xr.Dataset, ax: Axes | None = None) -> Figure:
         ax.text(len(layers) - 0.5, np.log(float(n_keys)), f" uniform over {n_keys} tokens", va="bottom", ha="right",
                 fontsize="small", color="0.4")
     ax.set_xticks(range(len(layers)), [str(int(x)) for x in layers])
-    ax.set_xlabel("block")
+    ax.set_xlabel(ds["layer"].attrs.get("long_name", "block"))
     ax.set_ylabel("entropy of the CLS attention row (nats)")
     ax.set_title("CLS attention entropy over the held-out images, per block (head mean)")
     ax.legend(fontsize="small", loc="lower left")
