@@ -385,8 +385,9 @@ figure("attentionlite.at_maps", paper=PAPER, data="attentionlite.at_maps", plot=
                "(irregular, d = 0.25). Stage maps have 28, 14, 7 and 4 cells per side in teacher and student alike; each "
                "cell is drawn over the pixels it covers (stride 1, 2, 4, 8; no interpolation), one colour scale per stage, "
                "white contour: the digit. Right: the distance ‖ψ_student − ψ_teacher‖₂ per stage (mean over the analysis "
-               "images; the quantity Eq. 2's AT term penalises) for every demo student: attention transfer is what makes "
-               "the student's maps the teacher's.")
+               "images; the quantity Eq. 2's AT term penalises) for every demo student. The verdict pairs the per-image "
+               "distances of the KD+AT and KD students in every (pruning, stage) cell: a difference whose 95 % interval "
+               "contains 0 is a tie.")
 figure("attentionlite.local_attention", paper=PAPER, data="attentionlite.local_attention", plot=plot_query,
        caption="Where the demo student looks: the local self-attention weights (Eq. 1) of the query pixel at the image "
                "centre (red cross), in every attention layer (rows) and head (columns) of the KD+AT student (irregular, "

@@ -408,7 +408,9 @@ figure("compare.table1", paper=PAPER, kind="table", data=(*_DATA, "compare.laten
        finding=FINDING,
        caption="One row per compressed model of every method, accuracy and cost: held-out top-1 beside its teacher's, "
                "weights and MACs (ratio to the teacher; weights wherever stored, MACs executed by the deploy form), "
-               "single-thread CPU latency ratio to the teacher, top-1 agreement and KL on the held-out set.")
+               "single-thread CPU latency ratio to the teacher, top-1 agreement and KL on the held-out set. The verdict "
+               "tests accuracy and cost per student: top-1 paired with the teacher's on the same images, MACs, and "
+               "latency paired by interleaved timing round (geometric mean ratio, 95 % t-interval of the log ratio).")
 figure("compare.table2", paper=PAPER, kind="table", data=(*_DATA, "compare.latency"), plot=table2,
        caption="What each compressed model kept of its teacher: mean CKA at matched depth, token-map agreement with "
                "the teacher's attention (students of another depth paired by their declared block correspondence), "

@@ -154,39 +154,45 @@ def _notes(ds: xr.Dataset, part: str) -> dict[str, str]:
 
 
 # -------------------------------------------------------------------------------------------- CKA
+#: panels per row of :func:`plot_cka` (a teacher with more students wraps): readable ticks at print width
+CKA_COLUMNS = 4
+
 def plot_cka(data: xr.Dataset | Mapping[str, xr.Dataset], *, estimator: str = "debiased", pooling: str = "mean",
              title: str | None = None) -> Figure:
     """CKA heatmaps, one row per teacher: its self-similarity, then one panel per student (module docstring)."""
     gs = groups(data)
     if not gs:
         return _empty(title or "CKA", "no comparison with students")
-    ncols = 1 + max(len(_students(ds)) for ds in gs.values())
-    fig, axes = plt.subplots(len(gs), ncols, figsize=(ncols * 1.25 * PANEL_INCHES + 0.8, len(gs) * 1.35 * PANEL_INCHES),
-                             squeeze=False, layout="constrained")
+    panels = {k: [_teacher(ds), *_students(ds)] for k, ds in gs.items()}
+    ncols = min(CKA_COLUMNS, max(len(p) for p in panels.values()))
+    rows = {k: -(-len(p) // ncols) for k, p in panels.items()}  # a group's panels wrap onto several rows
+    fig, axes = plt.subplots(sum(rows.values()), ncols, squeeze=False, layout="constrained",
+                             figsize=(ncols * 1.15 * PANEL_INCHES + 1.0, sum(rows.values()) * 1.3 * PANEL_INCHES))
     cmap = plt.get_cmap(ATTENTION_CMAP).with_extremes(bad=MISSING_COLOR)
-    im = None
-    for r, (gtitle, ds) in enumerate(gs.items()):
+    im, first = None, 0
+    for gtitle, ds in gs.items():
         cka = ds["cka"].sel(estimator=estimator, pooling=pooling)
         n_t = ds.sizes["teacher_layer"]
-        for c, m in enumerate([_teacher(ds), *_students(ds)]):
-            ax = axes[r, c]
+        for c, m in enumerate(panels[gtitle]):
+            ax = axes[first + c // ncols, c % ncols]
             depth = int(ds["depth"].sel(model=m))
             vals = cka.sel(model=m).values[:, :depth]
             im = ax.imshow(vals, origin="lower", cmap=cmap, vmin=0, vmax=1, aspect="auto",
                            extent=(-0.5, depth - 0.5, -0.5, n_t - 0.5))
-            ax.plot([matched_layer(i, n_t, depth) for i in range(n_t)], range(n_t), "o", ms=2.5, color="white",
+            ax.plot([matched_layer(i, n_t, depth) for i in range(n_t)], range(n_t), "o", ms=3, color="white",
                     mec="black", mew=0.4)
-            ax.set_xticks(range(depth))
-            ax.set_yticks(range(n_t))
-            ax.tick_params(labelsize=7, length=2)
+            ax.set_xticks(range(0, depth, 1 if depth <= 8 else 2))
+            ax.set_yticks(range(0, n_t, 1 if n_t <= 8 else 2))
+            ax.tick_params(labelsize=8, length=2)
             ax.set_xlabel(f"{'teacher' if c == 0 else 'student'} layer", fontsize=8)
             mean = float(np.nanmean([vals[i, matched_layer(i, n_t, depth)] for i in range(n_t)]))
-            label = textwrap.fill(str(m), 26) if c else "teacher (itself)"  # long labels on two lines, not over the next panel
+            label = textwrap.fill(str(m), 24) if c else "teacher (itself)"  # long labels on two lines
             ax.set_title(f"{label}\nmatched mean {mean:.2f}", fontsize=8)
-            if c == 0:
-                ax.set_ylabel(f"{gtitle}\nteacher layer", fontsize=8)
-        for c in range(1 + len(_students(ds)), ncols):
-            axes[r, c].axis("off")
+            if c % ncols == 0:
+                ax.set_ylabel(f"{textwrap.fill(gtitle, 22)}\nteacher layer", fontsize=8)
+        for c in range(len(panels[gtitle]), rows[gtitle] * ncols):
+            axes[first + c // ncols, c % ncols].axis("off")
+        first += rows[gtitle]
     _colorbar(fig, im, axes, f"linear CKA ({estimator})")
     fig.suptitle(title or f"Representation similarity of block outputs (linear CKA, {estimator}, "
                           f"{'token-averaged' if pooling == 'mean' else pooling + ' pooling'})")
@@ -294,7 +300,7 @@ def plot_attributions(data: xr.Dataset | Mapping[str, xr.Dataset], *, attributio
     heights: list[float] = []
     for ds in gs.values():
         heights += [0.32] + [1.0] * (1 + ds.sizes["model"])  # title row, images, models
-    fig = plt.figure(figsize=(n_cols * 0.95 + 1.3, sum(heights) * 0.74))  # ≈ 1600 px tall for 3 teachers, 10 students
+    fig = plt.figure(figsize=(n_cols * 1.5 + 1.8, sum(heights) * 1.2))  # panels of 1.5 in: ~150 px on screen
     grid = fig.add_gridspec(len(heights), n_cols + 1, height_ratios=heights, width_ratios=[1.0] * n_cols + [0.07],
                             hspace=0.3, wspace=0.12, left=0.02, right=0.93, top=1 - 0.55 / fig.get_figheight(),
                             bottom=0.01)
@@ -316,7 +322,7 @@ def plot_attributions(data: xr.Dataset | Mapping[str, xr.Dataset], *, attributio
             ax.imshow(img, cmap="gray" if img.ndim == 2 else None, vmin=0, vmax=1)
             lab = int(ds["label"].values[s]) if "label" in ds.coords else -1
             ax.set_title((f"label {lab}" if lab >= 0 else f"#{int(ds['sample'].values[s])}")
-                         + (f" · teacher: {int(target[s])}" if target is not None else ""), fontsize=6.5, pad=2)
+                         + (f" · teacher: {int(target[s])}" if target is not None else ""), fontsize=8, pad=2)
             _bare(ax, "image" if j == 0 else None)
             for i, m in enumerate(models):
                 ax = fig.add_subplot(grid[row + 2 + i, j])
@@ -330,9 +336,10 @@ def plot_attributions(data: xr.Dataset | Mapping[str, xr.Dataset], *, attributio
                     mappable = ax.imshow(np.clip(v / scale, -1, 1), cmap=cmap, vmin=-1 if signed else 0, vmax=1)
                     if img.ndim == 2:
                         ax.contour(img, levels=[0.5], colors="black", linewidths=0.4, alpha=0.6)
-                    if i and "attribution_spearman" in ds:
+                    if i and "attribution_spearman" in ds:  # inside its own panel, not between two rows
                         rho = float(ds["attribution_spearman"].sel(model=m, attribution=attribution).isel(sample=s))
-                        ax.set_title(f"ρ = {rho:.2f}", fontsize=7, pad=2)
+                        ax.text(0.03, 0.97, f"ρ = {rho:.2f}", transform=ax.transAxes, ha="left", va="top", fontsize=7,
+                                bbox=dict(facecolor="white", edgecolor="none", alpha=0.75, pad=1.0))
                 _bare(ax, m if j == 0 else None)
         if mappable is not None:
             cb = fig.colorbar(mappable, cax=fig.add_subplot(grid[row + 2: row + 2 + len(models), n_cols]))
