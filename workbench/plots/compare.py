@@ -300,7 +300,7 @@ def plot_attributions(data: xr.Dataset | Mapping[str, xr.Dataset], *, attributio
     heights: list[float] = []
     for ds in gs.values():
         heights += [0.32] + [1.0] * (1 + ds.sizes["model"])  # title row, images, models
-    fig = plt.figure(figsize=(n_cols * 1.5 + 1.8, sum(heights) * 1.2))  # panels of 1.5 in: ~150 px on screen
+    fig = plt.figure(figsize=(n_cols * 1.25 + 1.8, sum(heights) * 1.3))  # square panels of ~1.1 in (0.7 before)
     grid = fig.add_gridspec(len(heights), n_cols + 1, height_ratios=heights, width_ratios=[1.0] * n_cols + [0.07],
                             hspace=0.3, wspace=0.12, left=0.02, right=0.93, top=1 - 0.55 / fig.get_figheight(),
                             bottom=0.01)
@@ -343,8 +343,8 @@ def plot_attributions(data: xr.Dataset | Mapping[str, xr.Dataset], *, attributio
                 _bare(ax, m if j == 0 else None)
         if mappable is not None:
             cb = fig.colorbar(mappable, cax=fig.add_subplot(grid[row + 2: row + 2 + len(models), n_cols]))
-            cb.set_label(f"map / {PERCENTILE:g}th percentile of |map|\n(clipped to ±1)", fontsize=6)
-            cb.ax.tick_params(labelsize=6)
+            cb.set_label(f"map / {PERCENTILE:g}th percentile of |map|\n(clipped to ±1)", fontsize=7)
+            cb.ax.tick_params(labelsize=7)
         row += 2 + len(models)
     fig.suptitle(title or f"{ATTRIBUTION_LABELS[attribution]} of the class the teacher predicts", fontsize=10,
                  y=1 - 0.12 / fig.get_figheight(), va="top")
