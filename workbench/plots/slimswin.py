@@ -337,7 +337,7 @@ def plot_layer_ratio(ds: xr.Dataset, ratio: float, ax: Axes | None = None, title
     for l, p, n in zip(layers, prunable, sel["pruned_pairs"].values):
         # at the foot of the bar, clear of the global-ratio line whatever the bar's height
         a.text(l, 0.015, f"{int(n)}/{int(sel['num_pairs'].sel(layer=l))}" if p else "not\nprunable",
-               ha="center", va="bottom", fontsize="x-small", rotation=90 if p else 0,
+               ha="center", va="bottom", fontsize="x-small",
                bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=0.5))
     a.axhline(float(sel["global_ratio"]), color="0.3", ls="--", lw=1,
               label=f"global ratio {float(sel['global_ratio']):.3f}")
