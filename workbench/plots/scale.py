@@ -43,7 +43,8 @@ def plot_class_maps(ds: xr.Dataset, *, axes: np.ndarray | None = None) -> Figure
             if r == 0:
                 ax.set_title(f"class {lab}")
             if c == 0:
-                layer = int(ds["last_layer"].sel(model=m))
+                last = ds["last_layer"]  # one value for all models where they agree (xarray keeps it scalar)
+                layer = int(last.sel(model=m) if "model" in last.dims else last)
                 ax.set_ylabel(f"{m}\nblock {layer}", fontsize="small")
     cb = fig.colorbar(im, ax=axes, shrink=0.8, pad=0.01)
     cb.set_label("mean CLS→patch attention (probability)")
