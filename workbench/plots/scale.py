@@ -59,7 +59,9 @@ def plot_entropy(ds: xr.Dataset, ax: Axes | None = None) -> Figure:
     models = [str(m) for m in ds["model"].values]
     layers = list(ds["layer"].values)
     width = 0.8 / len(models)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    from workbench.plots.compare import STUDENT_COLORS
+
+    colors = ["0.3", *STUDENT_COLORS]  # the teacher grey, students in compare's distinct colours (no two oranges)
     for i, m in enumerate(models):
         data, pos = [], []
         for j, layer in enumerate(layers):
