@@ -68,3 +68,22 @@ def test_sparsifiner_students_report_the_macs_their_sparse_path_executes():
         teacher, SparsifinerConfig(keep_rate=0.25, n_down=8))).blocks) - sum(executed_mhsa_macs(a.attn) for a in to_sparse_path(
             replace_attention(teacher, SparsifinerConfig(keep_rate=0.1, n_down=8))).blocks)
     assert macs[0.25] - macs[0.1] == gap > 0
+
+
+def test_latency_ratio_interval_equals_scipy_paired_t_on_log_times():
+    """compare.table1's latency interval: a paired t-interval of log(student / teacher) over the rounds, exponentiated
+    (scipy's ttest_rel on the log times, computed independently)."""
+    import numpy as np
+    from scipy.stats import ttest_rel
+
+    from workbench.figures.findings_compare import latency_ratio
+
+    rng = np.random.default_rng(0)
+    teacher = 10 * np.exp(0.3 * rng.standard_normal(24))
+    student = 0.8 * teacher * np.exp(0.05 * rng.standard_normal(24))
+    ratio, lo, hi = latency_ratio(student, teacher)
+    ci = ttest_rel(np.log(student), np.log(teacher)).confidence_interval(0.95)
+    np.testing.assert_allclose([lo, hi], np.exp([ci.low, ci.high]), rtol=1e-12)
+    np.testing.assert_allclose(ratio, np.exp(np.mean(np.log(student / teacher))), rtol=1e-12)
+    with pytest.raises(ValueError, match="positive times"):
+        latency_ratio(np.array([1.0, -1.0]), np.array([1.0, 1.0]))

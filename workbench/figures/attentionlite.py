@@ -131,20 +131,21 @@ def density_data(ctx: Context) -> xr.Dataset:
 
 
 def _distance(student: xr.Dataset, teacher: xr.Dataset) -> np.ndarray:
-    """Mean over images of ‖ψ_S − ψ_T‖₂ per stage, on the stages' cells (the AT loss's geometry)."""
+    """‖ψ_S − ψ_T‖₂ per stage and image ``(stage, sample)``, on the stages' cells (the AT loss's geometry)."""
     out = []
     for st in student.stage.values:
         s = int(student.stride.sel(stage=st))
         cells = dict(y=slice(0, None, s), x=slice(0, None, s))
         diff = student.at_map.sel(stage=st).isel(**cells) - teacher.at_map.sel(stage=st).isel(**cells)
-        out.append(float(np.sqrt((diff ** 2).sum(("y", "x"))).mean("sample")))
+        out.append(np.sqrt((diff ** 2).sum(("y", "x"))).transpose("sample").values)
     return np.array(out)
 
 
 @dataset("attentionlite.at_maps", after=("attentionlite.fig2", "attentionlite.fig3"))
 def at_maps_data(ctx: Context) -> xr.Dataset:
     """Teacher and irregular students' (first seed) AT maps on the analysis images, and every student's distance to
-    the teacher's maps per stage."""
+    the teacher's maps per stage: its mean over the images (``distance``, drawn) and per image (``distance_image``,
+    paired by the verdict)."""
     b = _budget(ctx)
     images = ctx.profile.analysis_images
     teacher = ctx.teacher("cnn")
@@ -161,7 +162,10 @@ def at_maps_data(ctx: Context) -> xr.Dataset:
         for (at, seed), run in demo_runs(ctx, pruning).items():
             dist.append(_distance(ctx.analysis("at_maps", run.id, images).load(), t_maps))
             students.append({"run": run.id, "distill": LOSSES[at], "pruning": pruning, "seed": seed})
-    ds = xr.Dataset({"at_map": out, "image": t_maps["image"], "distance": (("run", "stage"), np.array(dist))})
+    dist = np.array(dist)  # (run, stage, sample)
+    ds = xr.Dataset({"at_map": out, "image": t_maps["image"], "distance": (("run", "stage"), dist.mean(-1)),
+                     "distance_image": (("run", "stage", "sample"), dist)})
+    ds["distance_image"].attrs.update(long_name="‖ψ_student − ψ_teacher‖₂ per image (the verdict pairs them)")
     return ds.assign_coords(run=[s["run"] for s in students],
                             **{k: ("run", [s[k] for s in students]) for k in ("distill", "pruning", "seed")})
 
@@ -381,8 +385,9 @@ figure("attentionlite.at_maps", paper=PAPER, data="attentionlite.at_maps", plot=
                "(irregular, d = 0.25). Stage maps have 28, 14, 7 and 4 cells per side in teacher and student alike; each "
                "cell is drawn over the pixels it covers (stride 1, 2, 4, 8; no interpolation), one colour scale per stage, "
                "white contour: the digit. Right: the distance ‖ψ_student − ψ_teacher‖₂ per stage (mean over the analysis "
-               "images; the quantity Eq. 2's AT term penalises) for every demo student: attention transfer is what makes "
-               "the student's maps the teacher's.")
+               "images; the quantity Eq. 2's AT term penalises) for every demo student. The verdict pairs the per-image "
+               "distances of the KD+AT and KD students in every (pruning, stage) cell: a difference whose 95 % interval "
+               "contains 0 is a tie.")
 figure("attentionlite.local_attention", paper=PAPER, data="attentionlite.local_attention", plot=plot_query,
        caption="Where the demo student looks: the local self-attention weights (Eq. 1) of the query pixel at the image "
                "centre (red cross), in every attention layer (rows) and head (columns) of the KD+AT student (irregular, "

@@ -41,9 +41,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from workbench.figures import STUDENTS, Finding, dataset, figure, group, load_all
-from workbench.figures.findings_compare import accuracy_kept_verdict
+from workbench.figures import STUDENTS, dataset, figure, group, load_all
 from workbench.figures.context import Context
+from workbench.figures.findings_compare import FINDING
 from workbench.plots.table import Table
 
 PAPER = "compare"
@@ -160,13 +160,14 @@ for _arch in ARCHS:
 
 @dataset("compare.latency", after=_needs_all, exclusive=True)
 def latency_data(ctx: Context) -> xr.Dataset:
-    """Single-thread CPU latency at batch 1 of every teacher and student (median of interleaved rounds)."""
+    """Single-thread CPU latency at batch 1 of every teacher and student: the median of interleaved rounds
+    (``ms``, ``ratio`` to the teacher) and every round's time (``ms_rounds(row, round)``), paired by round."""
     import torch
 
     from workbench.runtime import cpu_threads
 
     rounds = BUDGETS[ctx.profile.name].latency_rounds
-    rows = []
+    rows, per_round = [], []
     for arch in ARCHS:
         if not students_of(arch):
             continue
@@ -186,10 +187,13 @@ def latency_data(ctx: Context) -> xr.Dataset:
         base = statistics.median(times[TEACHER])
         for k, t in times.items():
             rows.append({"arch": arch, "model": k, "ms": statistics.median(t), "ratio": statistics.median(t) / base})
+            per_round.append(t)
         ctx.log(f"  latency {arch}: " + ", ".join(f"{k} {statistics.median(t):.2f} ms" for k, t in times.items()))
     from workbench.xrutils import rows_to_dataset
 
-    return rows_to_dataset(rows).assign_attrs(rounds=rounds, torch=str(torch.__version__))
+    ds = rows_to_dataset(rows).assign(ms_rounds=(("row", "round"), np.array(per_round)))
+    ds["ms_rounds"].attrs.update(units="ms", long_name="each interleaved round's time (the verdict pairs them by round)")
+    return ds.assign_attrs(rounds=rounds, torch=str(torch.__version__))
 
 
 # ---------------------------------------------------------------------------------------- plots
@@ -401,13 +405,12 @@ figure("compare.fig4", paper=PAPER, data=_DATA, plot=plot_fig4,
                f"into a blurred copy (bottom; higher area = more faithful), mean over 20 held-out digits, {BUDGETS['demo'].steps} steps (demo), AUC "
                "under the panel; grey dotted: the teacher with a random map (chance).")
 figure("compare.table1", paper=PAPER, kind="table", data=(*_DATA, "compare.latency"), plot=table1,
-       finding=Finding("each method's student keeps its teacher's top-1 at a lower cost",
-                       "e.g. FAR +2.0 points over DeiT-Tiny (Table 1); Sparsifiner within 0.4 % at 48–69 % fewer "
-                       "MHSA FLOPs (abstract); the other methods' numbers are in their own items",
-                       accuracy_kept_verdict),
+       finding=FINDING,
        caption="One row per compressed model of every method, accuracy and cost: held-out top-1 beside its teacher's, "
                "weights and MACs (ratio to the teacher; weights wherever stored, MACs executed by the deploy form), "
-               "single-thread CPU latency ratio to the teacher, top-1 agreement and KL on the held-out set.")
+               "single-thread CPU latency ratio to the teacher, top-1 agreement and KL on the held-out set. The verdict "
+               "tests accuracy and cost per student: top-1 paired with the teacher's on the same images, MACs, and "
+               "latency paired by interleaved timing round (geometric mean ratio, 95 % t-interval of the log ratio).")
 figure("compare.table2", paper=PAPER, kind="table", data=(*_DATA, "compare.latency"), plot=table2,
        caption="What each compressed model kept of its teacher: mean CKA at matched depth, token-map agreement with "
                "the teacher's attention (students of another depth paired by their declared block correspondence), "

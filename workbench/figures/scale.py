@@ -36,9 +36,13 @@ def _after() -> tuple[str, ...]:
     return ("teacher.vit", *dict.fromkeys(a for s in _students() for a in s.after))
 
 
-def model_stats(ctx: Context, run, images: str) -> xr.Dataset:
+def model_stats(ctx: Context, run, images: str, blocks: tuple[tuple[int, ...], ...] | None = None) -> xr.Dataset:
     """Stream the CLS attention rows of ``run`` over ``images`` into a zarr store (reused while its weights are the
-    same), then reduce: the class-mean CLS map of the last block, and the per-image, per-block CLS row entropy."""
+    same), then reduce: the class-mean CLS map of the last block, and the per-image, per-block CLS row entropy.
+
+    ``blocks``: a student of another depth's block correspondence (:class:`~workbench.figures.StudentSpec`): its block
+    ``i`` is placed at the last teacher block of ``blocks[i]``, the convention of compare.fig2, so ``layer`` always
+    counts teacher blocks."""
     from workbench.reduce import compute, reduce_dataset
     from workbench.store import open_store
     from workbench.stream import StreamOptions, stream_analysis
@@ -57,6 +61,9 @@ def model_stats(ctx: Context, run, images: str) -> xr.Dataset:
     p = ds["attention"].isel(query=0).astype(np.float64)  # (sample, layer, [branch,] head, key)
     ent = -(p * np.log(p.where(p > 0, 1.0))).sum("key", skipna=False).mean(head_dims)  # (sample, layer)
     ent = compute(ent.drop_vars([c for c in ent.coords if c not in ("sample", "layer")]), progress=False)
+    if blocks is not None:  # student block i -> the last teacher block it replaces
+        ent = ent.assign_coords(layer=[blocks[int(i)][-1] for i in ent["layer"].values])
+        last = blocks[last][-1]
     return xr.Dataset({"cls_map": cls_map.drop_vars([c for c in cls_map.coords if c not in ("label", "y", "x")]),
                        "entropy": ent}, coords={"last_layer": last, "images": ds.sizes["sample"],
                                                 "keys": ds.sizes["key"]})
@@ -68,11 +75,13 @@ def scale_maps(ctx: Context) -> xr.Dataset:
     images = IMAGES[ctx.profile.name]
     parts = {"teacher": model_stats(ctx, ctx.teacher("vit"), images)}
     for spec in _students():
-        parts[spec.label] = model_stats(ctx, spec.run(ctx), images)
+        parts[spec.label] = model_stats(ctx, spec.run(ctx), images, spec.blocks)
     ds = xr.concat(list(parts.values()), dim=xr.DataArray(list(parts), dims="model", name="model"), join="outer",
                    coords="different", compat="equals")
     ds["cls_map"].attrs.update(units="probability", long_name="class-mean CLS-to-patch attention, last block, head mean")
     ds["entropy"].attrs.update(units="nats", long_name="entropy of the CLS attention row, head mean")
+    ds["layer"].attrs.update(long_name="teacher block (a shallower student: the last teacher block each of its "
+                                       "blocks replaces)")
     return ds.assign_attrs(images=images, keys=int(ds["keys"].max()))
 
 
@@ -86,5 +95,7 @@ figure("scale.fig1", paper="workbench", data="scale.maps", plot=_plot,
        caption="Dataset-scale attention of the demo ViT teacher and its attention-keeping students over the held-out "
                "set (demo profile: all 1000 images). Top: the CLS-to-patch attention of each model's last block, "
                "averaged over heads and over every image of a class. Bottom: per block, the distribution over images of "
-               "the entropy of the CLS attention row (head mean; dashed: uniform attention). Streamed into chunked zarr "
+               "the entropy of the CLS attention row (head mean; dashed: uniform attention). Blocks are counted in teacher "
+               "blocks: a Non-deep block is placed at the last teacher block it replaces (3×2 at 1, 3, 5; 2×3 at 2, 5), "
+               "as in compare.fig2. Streamed into chunked zarr "
                "stores with --queries cls and reduced with dask (workbench.stream, workbench.reduce).")

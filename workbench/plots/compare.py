@@ -29,10 +29,10 @@ import seaborn as sns
 import xarray as xr
 from matplotlib.figure import Figure
 
-from workbench.plots.theme import ATTENTION_CMAP, DIVERGING_CMAP, MISSING_COLOR, PALETTE, PANEL_INCHES
+from workbench.plots.theme import ATTENTION_CMAP, DIVERGING_CMAP, MISSING_COLOR, PANEL_INCHES
 
 __all__ = ["ATTRIBUTION_LABELS", "groups", "model_colors", "matched_layer", "matched_cka", "summary_frame",
-           "plot_cka", "plot_map_agreement", "plot_attributions", "plot_faithfulness"]
+           "model_markers", "plot_cka", "plot_map_agreement", "plot_attributions", "plot_faithfulness"]
 
 ATTRIBUTION_LABELS = {"integrated_gradients": "Integrated Gradients", "saliency": "Saliency",
                       "rollout": "attention rollout", "random": "random map"}
@@ -56,10 +56,22 @@ def _students(ds: xr.Dataset) -> list[str]:
     return [str(m) for m in ds["model"].values if str(m) != _teacher(ds)]
 
 
+#: Student colours in order: hues far apart (the colorblind palette's orange, vermillion and tan, next to each other
+#: in it, read as one orange among six students; grey is left to chance lines)
+STUDENT_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D62728", "#56B4E9", "#8C564B", "#BCBD22", "#17BECF")
+#: Student markers in the same order, so that two lines are told apart without their colour too
+STUDENT_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
+
+
 def model_colors(ds: xr.Dataset) -> dict[str, tuple]:
-    """model label -> colour: the teacher black, the students from the palette in order."""
-    pal = sns.color_palette(PALETTE, max(3, len(_students(ds))))
+    """model label -> colour: the teacher black, the students from :data:`STUDENT_COLORS` in order."""
+    pal = sns.color_palette(list(STUDENT_COLORS))
     return {_teacher(ds): (0.0, 0.0, 0.0), **{m: pal[i % len(pal)] for i, m in enumerate(_students(ds))}}
+
+
+def model_markers(ds: xr.Dataset) -> dict[str, str]:
+    """model label -> marker: the teacher a dot, the students from :data:`STUDENT_MARKERS` in order."""
+    return {_teacher(ds): ".", **{m: STUDENT_MARKERS[i % len(STUDENT_MARKERS)] for i, m in enumerate(_students(ds))}}
 
 
 def matched_layer(i: int, n_teacher: int, n_student: int) -> int:
@@ -142,39 +154,45 @@ def _notes(ds: xr.Dataset, part: str) -> dict[str, str]:
 
 
 # -------------------------------------------------------------------------------------------- CKA
+#: panels per row of :func:`plot_cka` (a teacher with more students wraps): readable ticks at print width
+CKA_COLUMNS = 4
+
 def plot_cka(data: xr.Dataset | Mapping[str, xr.Dataset], *, estimator: str = "debiased", pooling: str = "mean",
              title: str | None = None) -> Figure:
     """CKA heatmaps, one row per teacher: its self-similarity, then one panel per student (module docstring)."""
     gs = groups(data)
     if not gs:
         return _empty(title or "CKA", "no comparison with students")
-    ncols = 1 + max(len(_students(ds)) for ds in gs.values())
-    fig, axes = plt.subplots(len(gs), ncols, figsize=(ncols * 1.25 * PANEL_INCHES + 0.8, len(gs) * 1.35 * PANEL_INCHES),
-                             squeeze=False, layout="constrained")
+    panels = {k: [_teacher(ds), *_students(ds)] for k, ds in gs.items()}
+    ncols = min(CKA_COLUMNS, max(len(p) for p in panels.values()))
+    rows = {k: -(-len(p) // ncols) for k, p in panels.items()}  # a group's panels wrap onto several rows
+    fig, axes = plt.subplots(sum(rows.values()), ncols, squeeze=False, layout="constrained",
+                             figsize=(ncols * 1.15 * PANEL_INCHES + 1.0, sum(rows.values()) * 1.3 * PANEL_INCHES))
     cmap = plt.get_cmap(ATTENTION_CMAP).with_extremes(bad=MISSING_COLOR)
-    im = None
-    for r, (gtitle, ds) in enumerate(gs.items()):
+    im, first = None, 0
+    for gtitle, ds in gs.items():
         cka = ds["cka"].sel(estimator=estimator, pooling=pooling)
         n_t = ds.sizes["teacher_layer"]
-        for c, m in enumerate([_teacher(ds), *_students(ds)]):
-            ax = axes[r, c]
+        for c, m in enumerate(panels[gtitle]):
+            ax = axes[first + c // ncols, c % ncols]
             depth = int(ds["depth"].sel(model=m))
             vals = cka.sel(model=m).values[:, :depth]
             im = ax.imshow(vals, origin="lower", cmap=cmap, vmin=0, vmax=1, aspect="auto",
                            extent=(-0.5, depth - 0.5, -0.5, n_t - 0.5))
-            ax.plot([matched_layer(i, n_t, depth) for i in range(n_t)], range(n_t), "o", ms=2.5, color="white",
+            ax.plot([matched_layer(i, n_t, depth) for i in range(n_t)], range(n_t), "o", ms=3, color="white",
                     mec="black", mew=0.4)
-            ax.set_xticks(range(depth))
-            ax.set_yticks(range(n_t))
-            ax.tick_params(labelsize=7, length=2)
+            ax.set_xticks(range(0, depth, 1 if depth <= 8 else 2))
+            ax.set_yticks(range(0, n_t, 1 if n_t <= 8 else 2))
+            ax.tick_params(labelsize=8, length=2)
             ax.set_xlabel(f"{'teacher' if c == 0 else 'student'} layer", fontsize=8)
             mean = float(np.nanmean([vals[i, matched_layer(i, n_t, depth)] for i in range(n_t)]))
-            label = textwrap.fill(str(m), 26) if c else "teacher (itself)"  # long labels on two lines, not over the next panel
+            label = textwrap.fill(str(m), 24) if c else "teacher (itself)"  # long labels on two lines
             ax.set_title(f"{label}\nmatched mean {mean:.2f}", fontsize=8)
-            if c == 0:
-                ax.set_ylabel(f"{gtitle}\nteacher layer", fontsize=8)
-        for c in range(1 + len(_students(ds)), ncols):
-            axes[r, c].axis("off")
+            if c % ncols == 0:
+                ax.set_ylabel(f"{textwrap.fill(gtitle, 22)}\nteacher layer", fontsize=8)
+        for c in range(len(panels[gtitle]), rows[gtitle] * ncols):
+            axes[first + c // ncols, c % ncols].axis("off")
+        first += rows[gtitle]
     _colorbar(fig, im, axes, f"linear CKA ({estimator})")
     fig.suptitle(title or f"Representation similarity of block outputs (linear CKA, {estimator}, "
                           f"{'token-averaged' if pooling == 'mean' else pooling + ' pooling'})")
@@ -202,7 +220,7 @@ def plot_map_agreement(data: xr.Dataset | Mapping[str, xr.Dataset], *, metrics: 
                              squeeze=False, layout="constrained")
     handles: dict[str, object] = {}
     for c, (gtitle, ds) in enumerate(gs.items()):
-        colors = model_colors(ds)
+        colors, markers = model_colors(ds), model_markers(ds)
         names = [str(n) for n in ds["layer_name"].values]
         x = np.arange(len(names))
         missing = []
@@ -220,9 +238,13 @@ def plot_map_agreement(data: xr.Dataset | Mapping[str, xr.Dataset], *, metrics: 
                 lab = ("teacher: its saliency vs its attention" if is_t else f"{m} ({'/'.join(kinds)})")
                 mu, sd = da.mean("sample").values, da.std("sample").values
                 ok = np.isfinite(mu)  # a student of another depth is scored only at the last block of each group
-                (line,) = ax.plot(x[ok], mu[ok], "--" if is_t else "-", marker="o", ms=3, color=colors[m], label=lab,
-                                  lw=1.3)
-                ax.fill_between(x[ok], (mu - sd)[ok], (mu + sd)[ok], color=colors[m], alpha=0.12, lw=0)
+                if ok.all():  # measured at every block: a line with its ± sd band
+                    (line,) = ax.plot(x, mu, "--" if is_t else "-", marker=markers[m], ms=3.5, color=colors[m],
+                                      label=lab, lw=1.3)
+                    ax.fill_between(x, mu - sd, mu + sd, color=colors[m], alpha=0.12, lw=0)
+                else:  # only at some blocks: markers with ± sd bars, no line through the blocks never measured
+                    line = ax.errorbar(x[ok], mu[ok], yerr=sd[ok], fmt=markers[m], ms=5, color=colors[m], label=lab,
+                                       capsize=2, elinewidth=0.9, ls="none")
                 handles.setdefault(f"{gtitle}|{lab}", line)
             ax.set_xticks(x, [n.replace("layers.", "L").replace(".blocks.", ".b").replace("blocks.", "")
                               for n in names], fontsize=7, rotation=0 if len(names) <= 8 else 45)
@@ -278,7 +300,7 @@ def plot_attributions(data: xr.Dataset | Mapping[str, xr.Dataset], *, attributio
     heights: list[float] = []
     for ds in gs.values():
         heights += [0.32] + [1.0] * (1 + ds.sizes["model"])  # title row, images, models
-    fig = plt.figure(figsize=(n_cols * 0.95 + 1.3, sum(heights) * 0.74))  # ≈ 1600 px tall for 3 teachers, 10 students
+    fig = plt.figure(figsize=(n_cols * 1.25 + 1.8, sum(heights) * 1.3))  # square panels of ~1.1 in (0.7 before)
     grid = fig.add_gridspec(len(heights), n_cols + 1, height_ratios=heights, width_ratios=[1.0] * n_cols + [0.07],
                             hspace=0.3, wspace=0.12, left=0.02, right=0.93, top=1 - 0.55 / fig.get_figheight(),
                             bottom=0.01)
@@ -300,7 +322,7 @@ def plot_attributions(data: xr.Dataset | Mapping[str, xr.Dataset], *, attributio
             ax.imshow(img, cmap="gray" if img.ndim == 2 else None, vmin=0, vmax=1)
             lab = int(ds["label"].values[s]) if "label" in ds.coords else -1
             ax.set_title((f"label {lab}" if lab >= 0 else f"#{int(ds['sample'].values[s])}")
-                         + (f" · teacher: {int(target[s])}" if target is not None else ""), fontsize=6.5, pad=2)
+                         + (f" · teacher: {int(target[s])}" if target is not None else ""), fontsize=8, pad=2)
             _bare(ax, "image" if j == 0 else None)
             for i, m in enumerate(models):
                 ax = fig.add_subplot(grid[row + 2 + i, j])
@@ -314,14 +336,15 @@ def plot_attributions(data: xr.Dataset | Mapping[str, xr.Dataset], *, attributio
                     mappable = ax.imshow(np.clip(v / scale, -1, 1), cmap=cmap, vmin=-1 if signed else 0, vmax=1)
                     if img.ndim == 2:
                         ax.contour(img, levels=[0.5], colors="black", linewidths=0.4, alpha=0.6)
-                    if i and "attribution_spearman" in ds:
+                    if i and "attribution_spearman" in ds:  # inside its own panel, not between two rows
                         rho = float(ds["attribution_spearman"].sel(model=m, attribution=attribution).isel(sample=s))
-                        ax.set_title(f"ρ = {rho:.2f}", fontsize=7, pad=2)
+                        ax.text(0.03, 0.97, f"ρ = {rho:.2f}", transform=ax.transAxes, ha="left", va="top", fontsize=7,
+                                bbox=dict(facecolor="white", edgecolor="none", alpha=0.75, pad=1.0))
                 _bare(ax, m if j == 0 else None)
         if mappable is not None:
             cb = fig.colorbar(mappable, cax=fig.add_subplot(grid[row + 2: row + 2 + len(models), n_cols]))
-            cb.set_label(f"map / {PERCENTILE:g}th percentile of |map|\n(clipped to ±1)", fontsize=6)
-            cb.ax.tick_params(labelsize=6)
+            cb.set_label(f"map / {PERCENTILE:g}th percentile of |map|\n(clipped to ±1)", fontsize=7)
+            cb.ax.tick_params(labelsize=7)
         row += 2 + len(models)
     fig.suptitle(title or f"{ATTRIBUTION_LABELS[attribution]} of the class the teacher predicts", fontsize=10,
                  y=1 - 0.12 / fig.get_figheight(), va="top")
@@ -338,15 +361,16 @@ def _bare(ax, ylabel: str | None) -> None:
 # ------------------------------------------------------------------------------------ faithfulness
 def plot_faithfulness(data: xr.Dataset | Mapping[str, xr.Dataset], *, attribution: str = "integrated_gradients",
                       title: str | None = None) -> Figure:
-    """Deletion (top) and insertion (bottom) curves of each model's own maps, mean over the images; the teacher's
-    random-map curve (grey, dotted) is chance. A faithful map makes the deletion curve fall early (low AUC) and the
-    insertion curve rise early (high AUC)."""
+    """Deletion (top, log probability: the curves fall within the first steps) and insertion (bottom) curves of each
+    model's own maps — each model's own probability of the class the teacher predicts — mean over the images; the
+    teacher's random-map curve (grey, dotted) is chance. A faithful map makes the deletion curve fall early (low AUC)
+    and the insertion curve rise early (high AUC)."""
     gs = {k: ds for k, ds in groups(data).items() if "deletion" in ds}
     if not gs:
         return _empty(title or "Faithfulness", "no deletion / insertion curves among the comparisons")
     fig, axes = plt.subplots(2, len(gs), figsize=(4.2 * len(gs) + 0.6, 8.4), squeeze=False, layout="constrained")
     for c, (gtitle, ds) in enumerate(gs.items()):
-        colors = model_colors(ds)
+        colors, markers = model_colors(ds), model_markers(ds)
         frac = ds["fraction"].values
         for r, kind in enumerate(("deletion", "insertion")):
             ax = axes[r, c]
@@ -356,17 +380,24 @@ def plot_faithfulness(data: xr.Dataset | Mapping[str, xr.Dataset], *, attributio
                     continue
                 aucv = float(ds[f"{kind}_auc"].sel(model=m, attribution=attribution).mean())
                 ax.plot(frac, cur.mean("sample"), color=colors[m], lw=2.0 if m == _teacher(ds) else 1.3,
-                        label=f"{m}: {aucv:.3f}")
+                        marker=markers[m], ms=3, markevery=max(1, len(frac) // 8), label=f"{m}: {aucv:.3f}")
             if "random" in ds["attribution"].values:
                 rnd = ds[kind].sel(model=_teacher(ds), attribution="random")
                 if np.isfinite(rnd.values).any():
                     ax.plot(frac, rnd.mean("sample"), ":", color="0.5",
                             label=f"teacher, random map: {float(ds[f'{kind}_auc'].sel(model=_teacher(ds), attribution='random').mean()):.3f}")
-            ax.set_ylim(0, 1.02)
+            if kind == "deletion":  # the curves fall within the first steps and stay near 0: a log axis shows them
+                low = [float(np.nanmin(line.get_ydata())) for line in ax.get_lines()]
+                low = [v for v in low if v > 0]
+                ax.set_yscale("log")
+                ax.set_ylim(max(1e-5, 0.5 * min(low)) if low else 1e-3, 1.3)
+            else:
+                ax.set_ylim(0, 1.02)
             ax.set_xlim(0, 1)
             ax.set_xlabel(f"fraction of pixels {'deleted (most attributed first)' if kind == 'deletion' else 'inserted'}",
                           fontsize=8)
-            ax.set_ylabel("p(class the teacher predicts)", fontsize=8)
+            ax.set_ylabel("each model's own probability of\nthe class the teacher predicts" +
+                          (" (log)" if kind == "deletion" else ""), fontsize=8)
             ax.set_title(f"{gtitle}: {kind}", fontsize=9)
             ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False,
                       title=f"{kind} AUC", title_fontsize=6)  # below the panel: covers no curve

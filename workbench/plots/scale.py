@@ -43,7 +43,8 @@ def plot_class_maps(ds: xr.Dataset, *, axes: np.ndarray | None = None) -> Figure
             if r == 0:
                 ax.set_title(f"class {lab}")
             if c == 0:
-                layer = int(ds["last_layer"].sel(model=m))
+                last = ds["last_layer"]  # one value for all models where they agree (xarray keeps it scalar)
+                layer = int(last.sel(model=m) if "model" in last.dims else last)
                 ax.set_ylabel(f"{m}\nblock {layer}", fontsize="small")
     cb = fig.colorbar(im, ax=axes, shrink=0.8, pad=0.01)
     cb.set_label("mean CLS→patch attention (probability)")
@@ -58,7 +59,9 @@ def plot_entropy(ds: xr.Dataset, ax: Axes | None = None) -> Figure:
     models = [str(m) for m in ds["model"].values]
     layers = list(ds["layer"].values)
     width = 0.8 / len(models)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    from workbench.plots.compare import STUDENT_COLORS
+
+    colors = ["0.3", *STUDENT_COLORS]  # the teacher grey, students in compare's distinct colours (no two oranges)
     for i, m in enumerate(models):
         data, pos = [], []
         for j, layer in enumerate(layers):
@@ -81,7 +84,7 @@ def plot_entropy(ds: xr.Dataset, ax: Axes | None = None) -> Figure:
         ax.text(len(layers) - 0.5, np.log(float(n_keys)), f" uniform over {n_keys} tokens", va="bottom", ha="right",
                 fontsize="small", color="0.4")
     ax.set_xticks(range(len(layers)), [str(int(x)) for x in layers])
-    ax.set_xlabel("block")
+    ax.set_xlabel(ds["layer"].attrs.get("long_name", "block"))
     ax.set_ylabel("entropy of the CLS attention row (nats)")
     ax.set_title("CLS attention entropy over the held-out images, per block (head mean)")
     ax.legend(fontsize="small", loc="lower left")

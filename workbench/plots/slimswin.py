@@ -326,7 +326,7 @@ def plot_layer_ratio(ds: xr.Dataset, ratio: float, ax: Axes | None = None, title
     sel = ds.sel(ratio=ratio, method="nearest")
     fig, axes = _figure(1, 1, ax)
     if ax is None:
-        fig.set_size_inches(max(3.6, 0.45 * sel.sizes["layer"] + 1.8), 3.0)
+        fig.set_size_inches(max(3.6, 0.45 * sel.sizes["layer"] + 1.8) + 1.4, 3.0)  # + the legend beside
     a = axes[0, 0]
     layers = sel["layer"].values
     prunable = sel["prunable"].values.astype(bool)
@@ -334,9 +334,11 @@ def plot_layer_ratio(ds: xr.Dataset, ratio: float, ax: Axes | None = None, title
     bar_colors = [colors[int(s) % 10] if p else "white" for s, p in zip(sel["stage"].values, prunable)]
     a.bar(layers, sel["layer_ratio"].values, color=bar_colors, edgecolor="0.3",
           hatch=[None if p else "//" for p in prunable])
-    for l, p, v, n in zip(layers, prunable, sel["layer_ratio"].values, sel["pruned_pairs"].values):
-        a.text(l, v + 0.02, f"{int(n)}/{int(sel['num_pairs'].sel(layer=l))}" if p else "not\nprunable",
-               ha="center", va="bottom", fontsize="x-small")
+    for l, p, n in zip(layers, prunable, sel["pruned_pairs"].values):
+        # at the foot of the bar, clear of the global-ratio line whatever the bar's height
+        a.text(l, 0.015, f"{int(n)}/{int(sel['num_pairs'].sel(layer=l))}" if p else "not\nprunable",
+               ha="center", va="bottom", fontsize="x-small",
+               bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=0.5))
     a.axhline(float(sel["global_ratio"]), color="0.3", ls="--", lw=1,
               label=f"global ratio {float(sel['global_ratio']):.3f}")
     stages = sorted(set(int(s) for s in sel["stage"].values))
@@ -345,11 +347,12 @@ def plot_layer_ratio(ds: xr.Dataset, ratio: float, ax: Axes | None = None, title
     if (~prunable & (sel["layer_ratio"].values > 0)).any():  # a hatched bar is visible only with some height;
         # unpruned layers have none (ratio 0): they are labelled "not prunable" above their position instead
         handles.append(Patch(facecolor="white", edgecolor="0.3", hatch="//", label="last stage (not pruned)"))
-    a.legend(handles=handles + a.get_legend_handles_labels()[0], fontsize="x-small", frameon=False, loc="upper right")
+    a.legend(handles=handles + a.get_legend_handles_labels()[0], fontsize="x-small", frameon=False, loc="upper left",
+             bbox_to_anchor=(1.01, 1.0))  # beside the axes: covers no bar
     a.set_xticks(layers)
     a.set_xlabel("layer (Swin block, all stages)")
-    a.set_ylabel("pruned share of the layer's pairs")
-    a.set_ylim(0, 1.25)
+    a.set_ylabel("pruned share of the layer's pairs\n(labels: pruned / all pairs)")
+    a.set_ylim(0, 1.0)  # a share
     a.set_title(title or f"Layer-wise pruning ratios (r ≈ {float(sel['ratio']):.2f})")
     return fig
 
