@@ -173,6 +173,8 @@ def _analyze_flags(a: argparse.ArgumentParser) -> None:
     a.add_argument("kind", help="analysis name: attention, window-attention, dependency, retention, window-saliency, ...")
     a.add_argument("--model", required=True, help="run id/dir or timm name")
     a.add_argument("--checkpoint", default=None, help="local weights for a timm name (.safetensors, .pt, .pth)")
+    a.add_argument("--seed", type=int, default=None, help="seed of the random initial weights of a timm name without "
+                                                          "--checkpoint (default 0: every call sees the same network)")
     a.add_argument("--images", default="demo:val[:8]",
                    help="image spec: demo:val[:16], demo:val[50::100] (a step: one digit per class), "
                         "skimage:astronaut,chelsea, or a folder (flat or class sub-folders)")
@@ -339,7 +341,7 @@ def cmd_analyze(args) -> int:
             if kind not in kinds:
                 raise ValueError(f"{opt.flag} applies to the {', '.join(kinds)} analysis only")
             opts[opt.name] = getattr(args, f"x_{opt.name}")
-    path = run_analysis(kind, args.model, args.images, args.out, checkpoint=args.checkpoint,
+    path = run_analysis(kind, args.model, args.images, args.out, checkpoint=args.checkpoint, seed=args.seed,
                         device=args.device, img_size=args.img_size, **opts)
     print(f"wrote {path}")
     return 0

@@ -26,7 +26,11 @@ is computed from the same batches whatever N is and the store is bit-for-bit the
 writes the template, and every rank writes only whole chunks of its own.
 
 Resume: a chunk is done once its marker exists; rerunning the same command skips done chunks.
-A store of another analysis, model, image set or options is refused (:class:`StreamError`).
+A store of another analysis, model, image set or options is refused (:class:`StreamError`), and so is one
+started with other weights: the store records the sha256 of the model's state dict (``weights_sha256``), which
+a resumed run must match -- a timm name without a checkpoint has seeded random weights (``init_seed``), so a
+rerun of the same command resumes, and one with another ``--seed`` is refused. Ranks check that they all loaded
+the same weights before anything is written.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ from workbench.chunked import (
     write_template,
 )
 from workbench.data import DataError, demo_split_indices, load_images, scan_image_folder
-from workbench.provenance import DataSource, config_json, stamp
+from workbench.provenance import NULL, RANDOM_INIT, DataSource, config_json, stamp
 
 __all__ = ["StreamError", "StreamOptions", "ImageSource", "parse_queries", "stream_analysis"]
 
@@ -329,12 +333,44 @@ def _fingerprint(ds: xr.Dataset) -> str:
                       sort_keys=True)
 
 
+def _check_weights(path: Path, attrs: dict, now: dict) -> None:
+    """Refuse to resume a store whose chunks were computed with other weights (state-dict sha256, not only the name)."""
+    old, new = attrs.get("weights_sha256"), now.get("weights_sha256")
+    model = f"{now.get('model_name')!r}" + ("" if now.get("weights") != RANDOM_INIT else f" (random init, seed "
+                                                                                       f"{now.get('init_seed')})")
+    if old in (None, NULL, ""):
+        if now.get("weights") == RANDOM_INIT:
+            raise StreamError(f"store {str(path)!r} holds random-init chunks written before the weights were hashed, "
+                              f"so nothing says they come from the weights of {model} (sha256 {new}); write to a new "
+                              "--out, or delete the store to recompute it")
+        return  # a run or checkpoint: its file's sha256 (checkpoint_sha256) is compared with the other attrs
+    if old != new:
+        raise StreamError(f"store {str(path)!r} was started with other weights than {model} has now: state-dict sha256 "
+                          f"{old} in the store vs {new} now (another checkpoint, run or --seed). Its chunks would mix two "
+                          "networks: rerun with the weights it was started with, write to a new --out, or delete it.")
+
+
+def _check_ranks_agree(weights_sha256: str, world: int) -> None:
+    """Every rank loaded the same weights (all raise otherwise, so none waits for the others)."""
+    if world == 1:
+        return
+    import torch.distributed as dist
+
+    hashes: list = [None] * world
+    dist.all_gather_object(hashes, weights_sha256)
+    if len(set(hashes)) > 1:
+        listed = ", ".join(f"rank {r}: {h}" for r, h in enumerate(hashes))
+        raise StreamError(f"the torchrun ranks loaded different weights ({listed}); every rank must load the same "
+                          "model: pass a run id or --checkpoint, or the same --seed on every rank")
+
+
 def _check_resume(path: Path, template: xr.Dataset, layout: StreamLayout) -> None:
-    """Refuse to resume into a store written by another analysis, model, image set or options."""
+    """Refuse to resume into a store written by another analysis, model, weights, image set or options."""
     try:
         old, attrs = read_layout(path)
     except ChunkError as err:
         raise StreamError(f"cannot resume into {str(path)!r}: {err}") from None
+    _check_weights(path, attrs, template.attrs)
     diffs = [f"{k}: store {str(attrs.get(k))[:80]!r} vs now {str(template.attrs.get(k))[:80]!r}"
              for k in MATCH_ATTRS if str(attrs.get(k)) != str(template.attrs.get(k))]
     diffs += [f"stream {k}: store {getattr(old, k)!r} vs now {getattr(layout, k)!r}"
@@ -360,7 +396,7 @@ def _collate(items):
 
 def stream_analysis(kind: str, model: str, images: str, out: str | Path, *, checkpoint: str | None = None,
                     device: str = "auto", img_size: int | None = None, opts: StreamOptions | None = None,
-                    progress: bool = True, **options) -> Path:
+                    progress: bool = True, seed: int | None = None, **options) -> Path:
     """Stream extractor ``kind`` over ``images`` into the chunked zarr store ``out`` (module docstring).
 
     Under torchrun each rank calls this with the same arguments. Returns the store's path.
@@ -373,6 +409,7 @@ def stream_analysis(kind: str, model: str, images: str, out: str | Path, *, chec
         checkpoint, device, img_size: as for ``workbench analyze``.
         opts: what to keep and how to batch (:class:`StreamOptions`).
         progress: a progress bar on rank 0 (also off with ``WORKBENCH_PROGRESS=0``).
+        seed: seed of a random-init model's weights (None: :data:`workbench.models.DEFAULT_INIT_SEED`).
         **options: the extractor's own options (e.g. ``wrt``, ``norm`` of ``dependency``).
 
     Raises:
@@ -391,7 +428,9 @@ def stream_analysis(kind: str, model: str, images: str, out: str | Path, *, chec
         raise StreamError(f"a streamed store is a .zarr directory; got {str(out)!r}")
     rank, world = init_distributed()
     dev = resolve_device(device)
-    loaded = load_model(model, checkpoint=checkpoint, device=dev, **({"img_size": img_size} if img_size else {}))
+    loaded = load_model(model, checkpoint=checkpoint, device=dev, **({"seed": seed} if seed is not None else {}),
+                        **({"img_size": img_size} if img_size else {}))
+    _check_ranks_agree(loaded.source.weights_sha256, world)
     source = ImageSource(images, input_size=loaded.input_size, mean=loaded.mean, std=loaded.std)
     n = len(source)
     layout = StreamLayout(n, opts.chunk, "chunk" if opts.reduce in ("mean", "sum") else "sample", opts.reduce, opts.stored())

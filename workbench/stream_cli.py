@@ -68,7 +68,8 @@ def cmd_stream(args) -> int:
     if extra and args.kind != "dependency":
         raise ValueError(f"--{next(iter(extra))} applies to the dependency analysis only")
     path = stream_analysis(args.kind.replace("-", "_"), args.model, args.images, args.out, checkpoint=args.checkpoint,
-                           device=args.device, img_size=args.img_size, opts=opts, **extra)
+                           device=args.device, img_size=args.img_size, opts=opts, seed=getattr(args, "seed", None),
+                           **extra)
     import torch.distributed as dist
 
     if not dist.is_initialized() or dist.get_rank() == 0:
