@@ -63,7 +63,8 @@ def cmd_stream(args) -> int:
 
     given = {k: getattr(args, k) for k in STREAM_FLAGS if getattr(args, k, None) is not None}
     opts = StreamOptions(layers=_ints(args.layers), heads=_ints(given.pop("heads", None)),
-                         queries=parse_queries(given.pop("queries", None)), **given)
+                         queries=parse_queries(given.pop("queries", None)),
+                         skip_bad_images=bool(getattr(args, "skip_bad_images", False)), **given)
     extra = {n: getattr(args, n) for n in ("wrt", "norm") if getattr(args, n, None)}
     if extra and args.kind != "dependency":
         raise ValueError(f"--{next(iter(extra))} applies to the dependency analysis only")
