@@ -408,12 +408,12 @@ def cmd_compare(args) -> int:
 
 def cmd_inspect(args) -> int:
     from workbench.store import open_store
-    from workbench.stream_cli import inspect_chunked
+    from workbench.stream_cli import inspect_chunked, print_whole
 
     if inspect_chunked(args.store):
         return 0
     ds = open_store(args.store)
-    print(ds)
+    print_whole(ds)
     ds.close()
     return 0
 
