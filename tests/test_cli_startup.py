@@ -74,6 +74,7 @@ def _example_commands() -> list[list[str]]:
 
 def test_examples_never_analyse_random_weights():
     """Every example that names a timm model (not a run, not a demo teacher) gives its weights."""
+    checked = {"run": 0, "timm name": 0}
     for argv in _example_commands():
         if argv[1] not in ("analyze", "compare"):
             continue
@@ -81,6 +82,8 @@ def test_examples_never_analyse_random_weights():
         model = argv[argv.index(flag) + 1]
         if not model.startswith("teacher-"):
             assert "--checkpoint" in argv, " ".join(argv)
+        checked["run" if model.startswith("teacher-") else "timm name"] += 1
+    assert checked["run"] and checked["timm name"], checked  # the rule met both kinds of example
 
 
 def test_run_examples_name_the_readme_runs():
@@ -90,6 +93,7 @@ def test_run_examples_name_the_readme_runs():
         if line.startswith("workbench run "):
             argv = shlex.split(line.split("#")[0])
             readme[argv[2]] = argv
+    compared = []
     for argv in _example_commands():
         if argv[:2] != ["workbench", "run"]:
             continue
@@ -97,6 +101,8 @@ def test_run_examples_name_the_readme_runs():
         theirs = dict(zip(readme[argv[2]][3::2], readme[argv[2]][4::2]))
         shared = set(mine) & set(theirs)
         assert {k: mine[k] for k in shared} == {k: theirs[k] for k in shared}, " ".join(argv)
+        compared += [f"{argv[2]} {k}" for k in shared]
+    assert len(readme) >= 5 and "slimswin --ratio" in compared, compared  # every method's README line; a real option
 
 
 def test_inspect_imports_no_torch(tmp_path):

@@ -42,7 +42,18 @@ def test_image_specs():
     assert (b.labels >= 0).all()
     b = load_images("skimage:astronaut,chelsea", input_size=(3, 224, 224))
     assert b.tensor.shape == (2, 3, 224, 224) and b.display.shape == (2, 224, 224, 3)
-    assert abs(float(b.tensor.mean())) < 2.0
+    from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+    pixels = torch.from_numpy(b.display).permute(0, 3, 1, 2).double()  # what the model saw, in [0, 1]
+    expected = (pixels - torch.tensor(IMAGENET_DEFAULT_MEAN).view(1, 3, 1, 1)) / torch.tensor(
+        IMAGENET_DEFAULT_STD).view(1, 3, 1, 1)
+    torch.testing.assert_close(b.tensor.double(), expected, rtol=0, atol=1e-6)  # timm's ImageNet constants
+    assert 0.05 < float(pixels.std()) and float(pixels.min()) >= 0 and float(pixels.max()) <= 1
+    d = load_images("demo:val[:4]")  # 1 channel: the digits / 255 with the customary MNIST statistics
+    from workbench.data import _demo_arrays
+
+    raw = torch.from_numpy(_demo_arrays()[0][demo_split_indices("val")[:4]]).double()[:, None] / 255.0
+    torch.testing.assert_close(d.tensor.double(), (raw - 0.1307) / 0.3081, rtol=0, atol=1e-6)
     b = load_images("demo:train[10:13]")
     assert len(b.labels) == 3
 

@@ -8,7 +8,7 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 
 from methods.far import apply_masks, replace_attention, shrink
-from methods.hooks import run_with_cache
+from methods.hooks import hooks, run_with_cache
 from workbench.analysis.dependency import (
     HeadFn,
     block_inputs,
@@ -54,20 +54,47 @@ def jacobian_reference(fn, x: torch.Tensor, norm: str = "l2") -> torch.Tensor:
     return size.permute(0, 2, 1, 3)  # (B, N, T_q, T_k)
 
 
+HOOK_IN = {"residual": "hook_resid_pre", "mixer_input": "hook_mixer_in", "lstm_input": "attn.hook_lstm_in"}
+
+
+def _head_columns(attn) -> list[slice]:
+    """Columns of each head in ``hook_heads`` (the proj's input, heads concatenated)."""
+    if hasattr(attn, "out_proj_slices"):  # FAR: LSTM outputs in lstms order, (forward, reverse) per head
+        sl = attn.out_proj_slices()
+        return [slice(sl[2 * n].start, sl[2 * n + 1].stop) for n in range(attn.num_heads)]
+    return [slice(n * attn.head_dim, (n + 1) * attn.head_dim) for n in range(attn.num_heads)]
+
+
+def module_head_fn(model, images, layer: int, wrt: str):
+    """Independent of our head functions: ``u`` (the block's ``wrt`` value) -> the per-head outputs ``(B, T, N, C)``
+    that the block's *own* forward (timm's Attention, FAR's module) computes when ``u`` is put in at that hook point;
+    the heads are read where ``hook_heads`` reads them (the output projection's input)."""
+    block = model.blocks[layer]
+    x = block_inputs(model, images, wrt="residual")[layer]  # the block's input; replaced at the wrt point
+
+    def fn(u: torch.Tensor) -> torch.Tensor:
+        seen = {}
+
+        def keep(value, name):
+            seen["heads"] = value
+
+        with hooks(model, {f"blocks.{layer}.{HOOK_IN[wrt]}": lambda value, name: u,
+                           f"blocks.{layer}.attn.hook_heads": keep}):
+            block(x)
+        heads = seen["heads"]  # (B, T, heads concatenated)
+        return torch.stack([heads[..., c] for c in _head_columns(block.attn)], 2)  # (B, T, N, C)
+
+    return fn
+
+
 def naive_hook_loop(model, images, layer: int, wrt: str, norm: str = "l2") -> torch.Tensor:
     """Independent reference: the real model's forward, the input and the per-head outputs read at their hook
     points (methods.hooks), one ``autograd.grad`` per (head, query). ``(B, N, T, T)``."""
-    name_in = {"residual": "hook_resid_pre", "mixer_input": "hook_mixer_in", "lstm_input": "attn.hook_lstm_in"}[wrt]
-    names = [f"blocks.{layer}.{name_in}", f"blocks.{layer}.attn.hook_heads"]
+    names = [f"blocks.{layer}.{HOOK_IN[wrt]}", f"blocks.{layer}.attn.hook_heads"]
     with torch.enable_grad():
         _, cache = run_with_cache(model.eval(), images, names=names, detach=False)
     u, heads = cache[names[0]], cache[names[1]]  # (B, T, ·), (B, T, heads concatenated)
-    attn = model.blocks[layer].attn
-    if hasattr(attn, "out_proj_slices"):  # FAR: LSTM outputs in lstms order, (forward, reverse) per head
-        sl = attn.out_proj_slices()
-        cols = [slice(sl[2 * n].start, sl[2 * n + 1].stop) for n in range(attn.num_heads)]
-    else:
-        cols = [slice(n * attn.head_dim, (n + 1) * attn.head_dim) for n in range(attn.num_heads)]
+    cols = _head_columns(model.blocks[layer].attn)
     out = torch.zeros(u.shape[0], len(cols), u.shape[1], u.shape[1], dtype=u.dtype)
     for n, c in enumerate(cols):
         for q in range(u.shape[1]):
@@ -95,13 +122,16 @@ def test_block_inputs(models, images):
 @pytest.mark.parametrize("kind, wrt", KIND_WRT)
 @pytest.mark.parametrize("layer", [0, 1])
 def test_batched_loop_captum_equal_jacobian(models, images, kind, layer, wrt):
+    """Every path of ``dependency`` over our head function equals the Jacobian of the block's own forward."""
     model = models[kind]
     block = model.blocks[layer]
     x = block_inputs(model, images, wrt=wrt)[layer]
     fn = head_output_fn(block, wrt)
     c = 8 if kind == "teacher" else 2 * 8  # D_h, or forward + reverse units
-    assert fn(x).shape == (2, T, 2, c)
-    ref = jacobian_reference(fn, x)
+    own = module_head_fn(model, images, layer, wrt)
+    assert fn(x).shape == own(x).shape == (2, T, 2, c)
+    torch.testing.assert_close(fn(x), own(x))
+    ref = jacobian_reference(own, x)  # the model's own modules, not our head function
     assert ref.abs().max() > 0
     batched = dependency(fn, x)
     assert batched.shape == (2, 2, T, T)  # (sample, head, query, key)
@@ -109,7 +139,7 @@ def test_batched_loop_captum_equal_jacobian(models, images, kind, layer, wrt):
     torch.testing.assert_close(dependency(fn, x, chunk_size=4), ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(dependency(fn, x, queries=[0, 5]), ref[:, :, [0, 5]], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(dependency_loop(fn, x, queries=[3]), ref[:, :, [3]], atol=1e-5, rtol=1e-5)
-    l1 = jacobian_reference(fn, x, "l1")
+    l1 = jacobian_reference(own, x, "l1")
     torch.testing.assert_close(dependency(fn, x, norm="l1"), l1, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(dependency_loop(fn, x, queries=[3], norm="l1"), l1[:, :, [3]], atol=1e-5, rtol=1e-5)
     if wrt != "mixer_input":  # the full-loop, plain-fn and captum forms do not depend on wrt: checked once
@@ -221,11 +251,12 @@ def test_factored_equals_jacobian(models, images, kind, layer, wrt):
     x = block_inputs(model, images, wrt=wrt)[layer]
     fn = head_output_fn(model.blocks[layer], wrt)
     assert fn.factored and fn.wrt == wrt
-    ref = jacobian_reference(fn, x)
+    own = module_head_fn(model, images, layer, wrt)  # the block's own forward
+    ref = jacobian_reference(own, x)
     torch.testing.assert_close(dependency_factored(fn, x), ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(dependency_factored(fn, x, queries=[7, 0, 3], chunk_size=2), ref[:, :, [7, 0, 3]],
                                atol=1e-5, rtol=1e-5)
-    l1 = jacobian_reference(fn, x, "l1")
+    l1 = jacobian_reference(own, x, "l1")
     torch.testing.assert_close(dependency_factored(fn, x, norm="l1", chunk_size=5), l1, atol=1e-5, rtol=1e-5)
 
 

@@ -61,18 +61,32 @@ def test_verdict_status_is_checked():
         Verdict("maybe", "x")
 
 
-def test_intervals_against_independent_computation():
-    rng = np.random.default_rng(0)
-    lo, hi = wilson_interval(0.9, 1000)
-    from scipy.stats import binomtest
+@pytest.mark.parametrize("level", [0.9, 0.95, 0.99])
+def test_intervals_against_independent_computation(level):
+    """Each interval of workbench.stats equals scipy's / statsmodels' own computation of it, at several levels and
+    sample sizes (a standard error divided by n instead of sqrt(n), a wrong quantile or a lost term fails here)."""
+    from scipy.stats import binomtest, norm, sem
+    from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
+    from statsmodels.stats.weightstats import DescrStatsW
 
-    ci = binomtest(900, 1000).proportion_ci(0.95, method="wilson")
-    assert (lo, hi) == pytest.approx((ci.low, ci.high), abs=1e-12)
-    a = (rng.random(2000) < 0.8).astype(float)
-    b = np.where(rng.random(2000) < 0.9, a, 1 - a)  # positively correlated with a
-    plo, phi = paired_diff_interval(a, b)
-    ulo, uhi = diff_interval(a.mean(), a.size, b.mean(), b.size)
-    assert plo < a.mean() - b.mean() < phi and (phi - plo) < (uhi - ulo)  # pairing narrows the interval
+    for k, n in ((900, 1000), (3, 20), (0, 15), (58, 60)):
+        ci = binomtest(k, n).proportion_ci(level, method="wilson")
+        assert wilson_interval(k / n, n, level) == pytest.approx((ci.low, ci.high), abs=1e-12)
+        assert wilson_interval(k / n, n, level) == pytest.approx(
+            proportion_confint(k, n, alpha=1 - level, method="wilson"), abs=1e-12)
+    for (ka, na), (kb, nb) in (((820, 1000), (790, 1000)), ((12, 40), (30, 50)), ((581, 1000), (585, 1000))):
+        ref = confint_proportions_2indep(ka, na, kb, nb, method="wald", compare="diff", alpha=1 - level)
+        assert diff_interval(ka / na, na, kb / nb, nb, level) == pytest.approx(ref, abs=1e-12)
+    rng = np.random.default_rng(0)
+    for n in (30, 1000):
+        a = (rng.random(n) < 0.8).astype(float)
+        b = np.where(rng.random(n) < 0.9, a, 1 - a)  # positively correlated with a
+        d = a - b
+        lo, hi = paired_diff_interval(a, b, level)
+        assert (lo, hi) == pytest.approx(norm.interval(level, loc=d.mean(), scale=sem(d)), abs=1e-12)
+        assert (lo, hi) == pytest.approx(DescrStatsW(d).zconfint_mean(alpha=1 - level), abs=1e-12)
+        ulo, uhi = diff_interval(a.mean(), a.size, b.mean(), b.size, level)
+        assert lo < d.mean() < hi and (hi - lo) < (uhi - ulo)  # pairing narrows the interval
 
 
 def _table5(gap: float, n: int = 1000, seed: int = 0) -> xr.Dataset:

@@ -194,7 +194,12 @@ def test_plots_draw_from_datasets():
     mean, lo, hi = pair_mean(ds["cosine"].sel(model="b"))
     assert mean.sel(layer=0, module="qk").item() == pytest.approx(np.mean([sim[1, 0, 0, 0, 1], sim[1, 0, 0, 0, 2],
                                                                            sim[1, 0, 0, 1, 2]]))
-    assert mean.sel(layer=0, module="qk").item() == pytest.approx(mean.sel(layer=0, module="qk").item())
+    pairs = [sim[1, 0, 0, 0, 1], sim[1, 0, 0, 0, 2], sim[1, 0, 0, 1, 2]]  # the upper triangle: i < j
+    assert (lo.sel(layer=0, module="qk").item(), hi.sel(layer=0, module="qk").item()) == pytest.approx(
+        (min(pairs), max(pairs)))
+    assert np.isnan(mean.sel(layer=2)).all()  # model b has no block 2
+    mean_a = pair_mean(ds["cosine"].sel(model="a"))[0]  # model a: 2 branches, one pair (0, 1)
+    np.testing.assert_allclose(mean_a.values, sim[0, :, :, 0, 1])
     figs = [plot_similarity(ds, "cosine", title="t"), plot_similarity_summary(ds, {"cosine": "weights"}, title="t")]
     t = np.linspace(0, 1.25, 11)
     lam = np.stack([np.minimum(t, 1), np.ones_like(t)])

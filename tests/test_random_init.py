@@ -122,3 +122,36 @@ def test_a_figure_built_on_random_weights_is_marked(tmp_path, monkeypatch, kind)
     assert f"### `probe.{kind}` ({kind}, profile smoke) — **random-init weights: vit_demo** (untrained)" in index
     if kind == "table":
         assert (tmp_path / "probe.table.md").read_text().startswith("### [random-init weights] Attention")
+
+
+def test_two_calls_with_one_random_init_name_give_identical_maps(tmp_path, capsys):
+    """A timm name without a checkpoint has seeded weights: the same command twice gives the same maps, whatever
+    torch's global generator holds; the seed and the state dict's hash are in the provenance; --seed changes both."""
+    stores = []
+    for i, extra in enumerate(([], [], ["--seed", "5"])):
+        torch.manual_seed(100 + i)  # the global generator differs between the calls
+        out = tmp_path / f"rnd{i}.nc"
+        assert main(["analyze", "attention", "--model", "vit_demo", "--images", IMAGES, "--out", str(out), "--device",
+                     "cpu", *extra]) == 0
+        stores.append(open_store(out, load=True))
+    a, b, c = stores
+    assert (a.attention.values == b.attention.values).all()
+    assert a.attrs["init_seed"] == 0 and c.attrs["init_seed"] == 5
+    assert a.attrs["weights_sha256"] == b.attrs["weights_sha256"] != c.attrs["weights_sha256"]
+    assert abs(a.attention.values - c.attention.values).max() > 1e-4  # another seed: another network
+    assert "seed 0" in capsys.readouterr().err
+
+
+def test_random_init_leaves_the_global_generator_alone_and_hash_tracks_weights():
+    from workbench.models import load_model, state_dict_sha256
+
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    with pytest.warns(RandomInitWarning, match="seed 0"):
+        loaded = load_model("vit_demo")
+    assert torch.equal(torch.rand(3), expected)  # loading drew nothing from the global generator
+    assert loaded.source.weights_sha256 == state_dict_sha256(loaded.model)
+    with torch.no_grad():
+        next(loaded.model.parameters()).view(-1)[0] += 1e-6  # one weight changed
+    assert state_dict_sha256(loaded.model) != loaded.source.weights_sha256

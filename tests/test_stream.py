@@ -20,7 +20,8 @@ from workbench.store import StoreError, open_store
 from workbench.stream import StreamError, StreamOptions, stream_analysis
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.filterwarnings("ignore::workbench.provenance.RandomInitWarning")]  # seeded random init: tested
 
 
 def _seeded_vit(folder: Path, seed: int) -> str:
@@ -122,23 +123,34 @@ def test_options_heads_queries_dtype_and_running_reductions(tmp_path, ckpt):
     assert ent.attention_entropy.attrs["units"] == "nats"
 
 
+def _model_args(ckpt: str | None) -> list[str]:
+    """A timm name with a checkpoint, or (None) without one: seeded random-init weights."""
+    return ["--model", "vit_demo"] + (["--checkpoint", ckpt] if ckpt else [])
+
+
 @pytest.mark.integration
-@pytest.mark.parametrize("kind,flags", [("attention", []), ("dependency", ["--queries", "cls", "--layers", "0,5"])])
-def test_two_torchrun_ranks_equal_one_process_bit_for_bit(tmp_path, ckpt, kind, flags):
-    args = [kind, "--model", "vit_demo", "--checkpoint", ckpt, "--images", "demo:val[:20]", "--batch-size", "4",
-            "--chunk", "8", "--workers", "1", "--device", "cpu", *flags]
+@pytest.mark.parametrize("kind,flags,weights", [("attention", [], "checkpoint"),
+                                                ("dependency", ["--queries", "cls", "--layers", "0,5"], "checkpoint"),
+                                                ("attention", ["--queries", "cls"], "random-init")])
+def test_two_torchrun_ranks_equal_one_process_bit_for_bit(tmp_path, ckpt, kind, flags, weights):
+    args = [kind, *_model_args(ckpt if weights == "checkpoint" else None), "--images", "demo:val[:20]", "--batch-size",
+            "4", "--chunk", "8", "--workers", "1", "--device", "cpu", *flags]
     _run_cli(*args, "--out", str(tmp_path / "one.zarr"))
     _run_cli(*args, "--out", str(tmp_path / "two.zarr"), nproc=2)
     one, two = open_store(tmp_path / "one.zarr").load(), open_store(tmp_path / "two.zarr").load()
     _assert_same(one, two)
     assert completeness(tmp_path / "two.zarr") == (3, 3)
     assert f"{kind}" in one.data_vars and np.isfinite(one[kind].values).all()
+    assert one.attrs["weights"] == two.attrs["weights"] == weights
+    assert one.attrs["weights_sha256"] == two.attrs["weights_sha256"]
 
 
 @pytest.mark.integration
-def test_kill_9_then_rerun_equals_uninterrupted(tmp_path, ckpt):
+@pytest.mark.parametrize("weights", ["checkpoint", "random-init"])
+def test_kill_9_then_rerun_equals_uninterrupted(tmp_path, ckpt, weights):
+    ckpt = ckpt if weights == "checkpoint" else None
     out = tmp_path / "killed.zarr"
-    args = ["attention", "--model", "vit_demo", "--checkpoint", ckpt, "--images", "demo:val[:960]", "--batch-size", "2",
+    args = ["attention", *_model_args(ckpt), "--images", "demo:val[:960]", "--batch-size", "2",
             "--chunk", "8", "--workers", "0", "--device", "cpu", "--out", str(out)]
     cmd, env = _cli(*args)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -153,6 +165,7 @@ def test_kill_9_then_rerun_equals_uninterrupted(tmp_path, ckpt):
         open_store(out)
     partial = open_store(out, partial=True)
     assert partial.sizes["sample"] == 8 * done
+    torch.manual_seed(1234)  # the global generator's state must not matter to a random init
     _stream(out, ckpt, images="demo:val[:960]", batch_size=2)  # the same command, resumed
     assert completeness(out) == (total, total)
     _assert_same(open_store(out).load(), open_store(_stream(tmp_path / "clean.zarr", ckpt, images="demo:val[:960]",
@@ -220,11 +233,56 @@ def test_resume_into_another_analysis_or_model_is_refused(tmp_path, ckpt, other_
     before = _snapshot(out)
     with pytest.raises(StreamError, match="analysis.*Write to a new --out"):
         _stream(out, ckpt, kind="dependency", queries="cls", layers=(0,))
-    with pytest.raises(StreamError, match="checkpoint_sha256"):
+    with pytest.raises(StreamError, match="other weights.*state-dict sha256 [0-9a-f]{64} in the store vs [0-9a-f]{64} now"):
         _stream(out, other_ckpt, queries="cls", layers=(0,))
     with pytest.raises(StreamError, match="dtype"):
         _stream(out, ckpt, queries="cls", layers=(0,), dtype="float16")
     assert _snapshot(out) == before  # nothing written
+
+
+def _stream_random(out, seed=None, **opts):
+    opts = {"batch_size": 4, "chunk": 8, "workers": 0, "queries": "cls", "layers": (0,), **opts}
+    return stream_analysis("attention", "vit_demo", "demo:val[:16]", out, device="cpu", opts=StreamOptions(**opts),
+                           progress=False, seed=seed)
+
+
+def test_resume_with_other_random_weights_is_refused_naming_both_hashes(tmp_path):
+    """A random-init store records its seed and its state dict's hash; a resume with another seed is refused."""
+    from workbench.chunked import DONE_DIR
+    from workbench.models import load_model
+
+    out = _stream_random(tmp_path / "r.zarr")
+    attrs = read_layout(out)[1]
+    assert attrs["weights"] == "random-init" and attrs["init_seed"] == 0
+    assert attrs["weights_sha256"] == load_model("vit_demo").source.weights_sha256
+    (out / DONE_DIR / "chunk-000001").unlink()  # as if killed before its marker: a rerun resumes it
+    before = _snapshot(out)
+    other = load_model("vit_demo", seed=7).source.weights_sha256
+    with pytest.raises(StreamError, match=f"state-dict sha256 {attrs['weights_sha256']} in the store vs {other} now"):
+        _stream_random(out, seed=7)
+    assert _snapshot(out) == before  # nothing written
+    torch.manual_seed(99)
+    _stream_random(out)  # the same command (seed 0 by default) resumes it
+    assert completeness(out) == (2, 2)
+    _assert_same(open_store(out).load(), open_store(_stream_random(tmp_path / "clean.zarr")).load())
+
+
+def test_resume_checks_the_weights_not_only_the_name(tmp_path, ckpt):
+    """Two stores of one name, one file name: the hash of the weights decides."""
+    import json
+
+    import zarr
+
+    out = _stream(tmp_path / "a.zarr", ckpt, queries="cls", layers=(0,))
+    group = zarr.open_group(str(out), mode="r+")
+    group.attrs["weights_sha256"] = "0" * 64  # same name, checkpoint and run; other weights
+    with pytest.raises(StreamError, match="0{64} in the store vs [0-9a-f]{64} now"):
+        _stream(out, ckpt, queries="cls", layers=(0,))
+    group.attrs["weights_sha256"] = "null"  # a random-init store written before the hash was recorded
+    group.attrs["weights"] = "random-init"
+    assert json.loads(group.attrs["stream"])["n_samples"] == 24
+    with pytest.raises(StreamError, match="written before the weights were hashed"):
+        _stream_random(out, layers=(0,))
 
 
 def test_region_written_twice_or_unaligned_is_refused(tmp_path, ckpt, capsys):

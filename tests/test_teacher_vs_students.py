@@ -294,7 +294,7 @@ def test_compare_vit_pair_and_store_round_trip(tmp_path):
             diag = np.diag(ds["cka"].sel(model=model, pooling=pooling).values[0])  # debiased
             np.testing.assert_allclose(diag, 1.0, atol=1e-9)
     assert np.isnan(ds["cka"].sel(model="small", student_layer=slice(3, None))).all()
-    assert np.isfinite(ds["cka"].sel(model="small", student_layer=slice(0, 2))).all()
+    _pin_cka_and_js(ds, teacher, small, x)
     np.testing.assert_allclose(ds["block_cosine"].sel(model="copy").values, 1.0, atol=1e-6)
     assert np.isnan(ds["block_cosine"].sel(model="small")).all()
     assert ds["map_js"].dims == ("model", "sample", "layer", "head")
@@ -317,6 +317,48 @@ def test_compare_vit_pair_and_store_round_trip(tmp_path):
     np.testing.assert_array_equal(back["cka"].values, ds["cka"].values)
     assert back["student_layer_name"].sel(model="small").values.tolist()[:4] == ["blocks.0", "blocks.1", "blocks.2", ""]
     assert back["sample"].values.tolist() == list(range(6)) and "small" in back.attrs["models"]
+
+
+def _block_outputs_and_attention(model: nn.Module, x: torch.Tensor) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Independent of the workbench: every block's output and its attention probabilities, read with forward hooks
+    from timm's own unfused Attention (its softmax output enters ``attn_drop``). ``(B, T, D)``, ``(B, H, T, T)``."""
+    model = copy.deepcopy(model)
+    outs, probs = [], []
+    for block in model.blocks:
+        block.attn.fused_attn = False
+        block.register_forward_hook(lambda m, a, out: outs.append(out.detach().double().numpy()))
+        block.attn.attn_drop.register_forward_hook(lambda m, a, out: probs.append(out.detach().double().numpy()))
+    with torch.no_grad():
+        model(x)
+    return outs, probs
+
+
+def _cka_by_hsic(a: np.ndarray, b: np.ndarray) -> float:
+    """Biased linear CKA from the plain HSIC formula: tr(K H L H) / sqrt(tr(K H K H) tr(L H L H)), K = A Aᵀ."""
+    n = a.shape[0]
+    h = np.eye(n) - np.ones((n, n)) / n
+    k, l_ = a @ a.T, b @ b.T
+    return np.trace(k @ h @ l_ @ h) / np.sqrt(np.trace(k @ h @ k @ h) * np.trace(l_ @ h @ l_ @ h))
+
+
+def _pin_cka_and_js(ds, teacher: nn.Module, student: nn.Module, x: torch.Tensor) -> None:
+    """A non-identical student's CKA (every layer pair, mean and CLS pooling) and head-averaged map JS divergence
+    equal independently computed values, not only finite ones."""
+    t_out, t_att = _block_outputs_and_attention(teacher, x)
+    s_out, s_att = _block_outputs_and_attention(student, x)
+    for i, a in enumerate(t_out):
+        for j, b in enumerate(s_out):
+            for pooling, pool in (("mean", lambda v: v[:, 1:].mean(1)), ("cls", lambda v: v[:, 0])):
+                got = ds["cka"].sel(model="small", pooling=pooling, estimator="biased", teacher_layer=i,
+                                    student_layer=j).item()
+                assert got == pytest.approx(_cka_by_hsic(pool(a), pool(b)), rel=1e-5, abs=1e-7), (i, j, pooling)
+    for i in range(len(s_att)):
+        assert ds["map_student_block"].sel(model="small", layer=i).item() == f"blocks.{i}"
+        p, q = t_att[i].mean(1), s_att[i].mean(1)  # head-averaged rows (B, T, T): each sums to 1
+        js = np.array([[jensenshannon(p[b, r], q[b, r], base=2) ** 2 for r in range(p.shape[1])]
+                       for b in range(p.shape[0])]).mean(1)
+        np.testing.assert_allclose(ds["map_js_avg"].sel(model="small", layer=i).values, js, rtol=1e-5, atol=1e-7)
+        assert js.min() > 1e-5  # the student's maps differ: a test that a divergence of 0 would fail
 
 
 def test_block_correspondence_pairs_each_student_block_with_the_last_block_it_replaces():
@@ -383,6 +425,29 @@ def test_compare_cnn_pair_leaves_out_maps_with_a_reason():
     assert np.isfinite(ds["cka"].sel(model="narrow", pooling=["mean", "token"])).all()
     assert np.isnan(ds["attribution_map"].sel(attribution="rollout")).all()
     assert np.isfinite(ds["deletion_auc"].sel(attribution="integrated_gradients")).all()
+    _pin_deletion(ds, "narrow", student, x)
+
+
+def _pin_deletion(ds, label: str, model: nn.Module, x: torch.Tensor) -> None:
+    """The deletion curves and their AUC equal a by-hand computation: the stored map's top pixels set to 0 (the
+    dataset mean in normalised space), one forward per step, softmax probability of the explained class."""
+    h, w = x.shape[-2:]
+    fraction = ds["fraction"].values
+    for attribution in ("integrated_gradients", "saliency"):
+        for s in range(x.shape[0]):
+            order = np.argsort(-ds["attribution_map"].sel(model=label, attribution=attribution).values[s].ravel(),
+                               kind="stable")  # most important pixel first
+            steps = []
+            for f in fraction:
+                img = x[s].clone().reshape(x.shape[1], -1)
+                img[:, torch.as_tensor(order[: int(round(f * h * w))])] = 0.0
+                steps.append(img.reshape(x.shape[1:]))
+            with torch.no_grad():
+                prob = F.softmax(model(torch.stack(steps)).double(), -1)[:, int(ds["target"].values[s])].numpy()
+            got = ds["deletion"].sel(model=label, attribution=attribution).values[s]
+            np.testing.assert_allclose(got, prob, rtol=1e-4, atol=1e-6)
+            assert ds["deletion_auc"].sel(model=label, attribution=attribution).values[s] == pytest.approx(
+                np.trapezoid(prob, fraction), rel=1e-4)
 
 
 def _swin28():

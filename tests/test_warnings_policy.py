@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import xarray as xr
 
@@ -24,10 +25,15 @@ def _combine_as(module: str):
 
 
 def test_xarray_still_warns_elsewhere():
+    """Someone else's call of the same deprecated default stays a warning (recorded, not raised) and runs."""
     with warnings.catch_warnings(record=True) as seen:
-        _combine_as("someone_else")(A, B)
-    if not any(issubclass(w.category, FutureWarning) and "join" in str(w.message) for w in seen):
+        out = _combine_as("someone_else")(A, B)
+    joins = [w for w in seen if "join" in str(w.message)]
+    if not joins:
         pytest.skip("this xarray no longer warns about concat's join default (nothing to turn into an error)")
+    assert all(issubclass(w.category, FutureWarning) for w in joins)
+    assert out.sizes == {"run": 2, "x": 3}  # the default (outer) join ran: both label sets kept
+    assert np.isnan(out["v"].sel(run=0, x=2).item()) and out["v"].sel(run=1, x=2).item() == 4.0
 
 
 @pytest.mark.parametrize("module", ["workbench", "workbench.figures.teacher", "methods.far.hoyer"])

@@ -63,6 +63,20 @@ def _add_run_flags(p: argparse.ArgumentParser, force_help: str) -> None:
     _add_device(p)
     p.add_argument("--data", default=None, help="ImageFolder root with train/ and val/ (required by --profile paper)")
     p.add_argument("--force", action="store_true", help=force_help)
+    _add_skip_bad(p)
+
+
+def _add_skip_bad(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--skip-bad-images", action="store_true",
+                   help="leave unreadable image files (truncated, damaged) out with a warning naming each, instead of "
+                        "stopping at the first")
+
+
+def _skipping(args):
+    """The block in which ``--skip-bad-images`` holds (this process and the worker processes it starts)."""
+    from workbench.data import skipping_bad_images
+
+    return skipping_bad_images(bool(getattr(args, "skip_bad_images", False)))
 
 
 def _add_budget_flags(p: argparse.ArgumentParser, own: Sequence[str] = ()) -> None:
@@ -173,9 +187,12 @@ def _analyze_flags(a: argparse.ArgumentParser) -> None:
     a.add_argument("kind", help="analysis name: attention, window-attention, dependency, retention, window-saliency, ...")
     a.add_argument("--model", required=True, help="run id/dir or timm name")
     a.add_argument("--checkpoint", default=None, help="local weights for a timm name (.safetensors, .pt, .pth)")
+    a.add_argument("--seed", type=int, default=None, help="seed of the random initial weights of a timm name without "
+                                                          "--checkpoint (default 0: every call sees the same network)")
     a.add_argument("--images", default="demo:val[:8]",
                    help="image spec: demo:val[:16], demo:val[50::100] (a step: one digit per class), "
                         "skimage:astronaut,chelsea, or a folder (flat or class sub-folders)")
+    _add_skip_bad(a)
     a.add_argument("--out", required=True, help="store path: .nc (in memory, written at the end) or .zarr (streamed in "
                                                  "chunks, resumable, several processes under torchrun)")
     a.add_argument("--layers", default=None, help="comma-separated block indices (default: all)")
@@ -305,8 +322,9 @@ def cmd_train(args) -> int:
     from workbench.pipelines import get_method, run_method
 
     entry = get_method("teacher")
-    run = run_method("teacher", None, args.profile, device=args.device, data=args.data, force=args.force,
-                     overrides=_overrides(args), **_method_options(args, entry))
+    with _skipping(args):
+        run = run_method("teacher", None, args.profile, device=args.device, data=args.data, force=args.force,
+                         overrides=_overrides(args), **_method_options(args, entry))
     _print_run(run, entry)
     return 0
 
@@ -316,8 +334,10 @@ def cmd_run(args) -> int:
 
     entry = get_method(args.method)
     own = [o.name for o in entry.options]
-    run = run_method(args.method, args.teacher, args.profile, teacher_checkpoint=args.checkpoint, device=args.device,
-                     data=args.data, force=args.force, overrides=_overrides(args, own), **_method_options(args, entry))
+    with _skipping(args):
+        run = run_method(args.method, args.teacher, args.profile, teacher_checkpoint=args.checkpoint,
+                         device=args.device, data=args.data, force=args.force, overrides=_overrides(args, own),
+                         **_method_options(args, entry))
     _print_run(run, entry)
     return 0
 
@@ -339,8 +359,9 @@ def cmd_analyze(args) -> int:
             if kind not in kinds:
                 raise ValueError(f"{opt.flag} applies to the {', '.join(kinds)} analysis only")
             opts[opt.name] = getattr(args, f"x_{opt.name}")
-    path = run_analysis(kind, args.model, args.images, args.out, checkpoint=args.checkpoint,
-                        device=args.device, img_size=args.img_size, **opts)
+    with _skipping(args):
+        path = run_analysis(kind, args.model, args.images, args.out, checkpoint=args.checkpoint, seed=args.seed,
+                            device=args.device, img_size=args.img_size, **opts)
     print(f"wrote {path}")
     return 0
 
@@ -387,12 +408,12 @@ def cmd_compare(args) -> int:
 
 def cmd_inspect(args) -> int:
     from workbench.store import open_store
-    from workbench.stream_cli import inspect_chunked
+    from workbench.stream_cli import inspect_chunked, print_whole
 
     if inspect_chunked(args.store):
         return 0
     ds = open_store(args.store)
-    print(ds)
+    print_whole(ds)
     ds.close()
     return 0
 

@@ -16,13 +16,19 @@ An *image spec* selects images everywhere in the CLI:
   class; labels from the folders) or a flat folder of images (labels unknown, -1), in name order.
 
 :func:`datasets` gives a profile's training and held-out sets (the demo split, or ``DATA/train`` and ``DATA/val``).
+
+An image file that cannot be read (truncated, damaged) stops the command with one :class:`DataError` naming it,
+also when it was read in a DataLoader worker process; with ``--skip-bad-images`` (:func:`skipping_bad_images`) it is
+left out with a :class:`BadImageWarning` naming it instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Sequence
@@ -43,8 +49,69 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".pgm", ".tif", ".t
 SKIMAGE_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "cat", "hubble_deep_field", "immunohistochemistry")
 
 
+#: set to "1" (``--skip-bad-images``) to leave unreadable image files out with a warning instead of stopping
+SKIP_BAD_ENV = "WORKBENCH_SKIP_BAD_IMAGES"
+_WORKER = re.compile(r"^Caught (\w+) in DataLoader worker process \d+\.")
+
+
 class DataError(ValueError):
-    """Bad data input: the message names the problem and the fix."""
+    """Bad data input: the message names the problem and the fix.
+
+    Raised in a DataLoader worker, torch re-raises it in the main process as ``DataError(<the worker's traceback>)``;
+    the message is then the worker's own message (the last ``DataError: ...`` line), so a command prints only it.
+    """
+
+    def __init__(self, message: str = "", *args):
+        found = _WORKER.match(message) if isinstance(message, str) else None
+        if found:  # "Caught DataError in DataLoader worker process 0.\nOriginal Traceback ...\nworkbench.data.DataError: ..."
+            own = re.findall(rf"^(?:[\w.]+\.)?{found.group(1)}: (.*)$", message, flags=re.M)
+            message = own[-1] if own else message
+        super().__init__(message, *args)
+
+
+class BadImageWarning(UserWarning):
+    """An unreadable image file was left out (``--skip-bad-images``)."""
+
+
+def skip_bad_images() -> bool:
+    """Whether unreadable image files are skipped with a warning (``--skip-bad-images``) rather than an error."""
+    return os.environ.get(SKIP_BAD_ENV, "0") == "1"
+
+
+@contextlib.contextmanager
+def skipping_bad_images(on: bool = True):
+    """Skip unreadable images within the block, in this process and the worker processes it starts (environment)."""
+    old = os.environ.get(SKIP_BAD_ENV)
+    os.environ[SKIP_BAD_ENV] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(SKIP_BAD_ENV, None)
+        else:
+            os.environ[SKIP_BAD_ENV] = old
+
+
+def open_image(path: str | Path, mode: str = "RGB"):
+    """An image file decoded whole as a PIL image in ``mode``.
+
+    Raises:
+        DataError: naming the file that cannot be read (missing, truncated, not an image) and the fix.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            return img.convert(mode)  # decodes every byte: a truncated file fails here, not later
+    except (UnidentifiedImageError, OSError, SyntaxError) as err:
+        raise DataError(f"cannot read image {str(path)!r}: {err}. Replace the file with a readable copy, or pass "
+                        "--skip-bad-images to leave unreadable images out with a warning") from err
+
+
+def warn_skipped(message: str) -> None:
+    """Say that an unreadable image was left out (message: :func:`open_image`'s error)."""
+    warnings.warn(f"skipped an unreadable image (--skip-bad-images): {message.split('. Replace the file')[0]}",
+                  BadImageWarning, stacklevel=2)
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,27 +329,34 @@ def check_image_folder(path: str | Path) -> Path:
 
 
 class FolderDataset(Dataset):
-    """An ImageFolder (:func:`scan_image_folder`) as ``(transform(image), class index)`` pairs."""
+    """An ImageFolder (:func:`scan_image_folder`) as ``(transform(image), class index)`` pairs.
 
-    def __init__(self, folder: FolderImages, transform):
+    An unreadable file raises :class:`DataError` naming it. With ``skip_bad`` (default: :func:`skip_bad_images`) it is
+    skipped with a :class:`BadImageWarning` naming it, and its item is the next readable image of the folder (with
+    that image's label), so every loader's batches keep their size.
+    """
+
+    def __init__(self, folder: FolderImages, transform, skip_bad: bool | None = None):
         self.folder, self.transform = folder, transform
         self.classes = list(folder.classes)
         self.targets = list(folder.labels)
         self.name = str(folder.root)
+        self.skip_bad = skip_bad_images() if skip_bad is None else skip_bad
 
     def __len__(self) -> int:
         return len(self.folder.files)
 
     def __getitem__(self, i: int):
-        from PIL import Image
-
-        path = self.folder.files[i]
-        try:
-            with Image.open(path) as img:
-                image = img.convert("RGB")
-        except OSError as err:
-            raise DataError(f"cannot read image {str(path)!r}: {err}") from err
-        return self.transform(image), self.targets[i]
+        for j in range(i, i + len(self)):  # with skip_bad: the first readable image from i on, wrapping round
+            try:
+                image = open_image(self.folder.files[j % len(self)])
+            except DataError as err:
+                if not self.skip_bad:
+                    raise
+                warn_skipped(str(err))
+                continue
+            return self.transform(image), self.targets[j % len(self)]
+        raise DataError(f"no image of {self.name!r} can be read ({len(self)} files); check the data folder")
 
 
 def image_folder(path: str | Path, *, input_size: tuple[int, int, int], is_training: bool, mean=None, std=None,
@@ -346,6 +420,7 @@ def load_images(
     input_size: tuple[int, int, int] = (1, DEMO_IMG_SIZE, DEMO_IMG_SIZE),
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
+    skip_bad: bool | None = None,
 ) -> ImageBatch:
     """Load the images an image spec selects, sized and normalised for a model.
 
@@ -355,9 +430,11 @@ def load_images(
         input_size: the model's ``(C, H, W)``.
         mean: per-channel normalisation mean (defaults: the demo's for 1 channel, ImageNet's for 3).
         std: per-channel normalisation std.
+        skip_bad: leave unreadable files of a folder out, with a :class:`BadImageWarning` each (default:
+            :func:`skip_bad_images`); otherwise the first one raises.
 
     Raises:
-        DataError: an unknown spec, photo name or split, an empty selection, or a bad folder.
+        DataError: an unknown spec, photo name or split, an empty selection, a bad folder or an unreadable image.
     """
     c, h, w = input_size
     if mean is None or std is None:
@@ -385,7 +462,9 @@ def load_images(
     else:  # a folder: an ImageFolder tree (labels from the class folders) or a flat folder (labels -1)
         folder = scan_image_folder(base)
         sel = _parse_slice(sl, len(folder.files))
-        raw = [_read_image(folder.files[i]) for i in sel]
+        raw = {int(i): _read_image(folder.files[i], skip_bad_images() if skip_bad is None else skip_bad) for i in sel}
+        sel = np.array([i for i in sel if raw[int(i)] is not None], dtype=int)  # skipped files left out
+        raw = [raw[int(i)] for i in sel]
         labels, dataset, indices = np.array([folder.labels[i] for i in sel], dtype=int), str(folder.root), sel
     if len(indices) == 0:
         raise DataError(f"image spec {spec!r} selects no images; check the slice")
@@ -396,15 +475,15 @@ def load_images(
     return ImageBatch(tensor.float().contiguous(), display, np.asarray(labels), DataSource(dataset, list(map(int, indices))))
 
 
-def _read_image(path: Path) -> np.ndarray:
-    """An image file as float RGB ``(H, W, 3)`` in [0, 1]."""
-    from PIL import Image, UnidentifiedImageError
-
+def _read_image(path: Path, skip_bad: bool = False) -> np.ndarray | None:
+    """An image file as float RGB ``(H, W, 3)`` in [0, 1]; None for an unreadable one with ``skip_bad`` (warned)."""
     try:
-        with Image.open(path) as img:
-            return np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0
-    except (UnidentifiedImageError, OSError) as err:
-        raise DataError(f"cannot read image {str(path)!r}: {err}") from err
+        return np.asarray(open_image(path), dtype=np.float32) / 255.0
+    except DataError as err:
+        if not skip_bad:
+            raise
+        warn_skipped(str(err))
+        return None
 
 
 def _skimage_photo(name: str) -> np.ndarray:

@@ -9,13 +9,19 @@ A model reference is one of
   with an optional local checkpoint (``.safetensors``, or ``.pt``/``.pth`` read with
   ``weights_only=True``: a checkpoint that needs unpickling of arbitrary objects is refused); without a
   checkpoint the model keeps its random initial weights, with a :class:`~workbench.provenance.RandomInitWarning`
-  and ``weights: random-init`` in its provenance.
+  and ``weights: random-init`` in its provenance. Those weights are drawn from a fixed seed (``seed``, default
+  :data:`DEFAULT_INIT_SEED`; recorded as ``init_seed``), so two calls, two torchrun ranks, or a resumed streamed
+  store all see the same network.
+
+Every loaded model's provenance carries ``weights_sha256`` (:func:`state_dict_sha256`): a hash of the weights
+themselves, which a resumed store checks whatever their origin.
 
 Nothing is downloaded: asking for pretrained weights says how to pass a local file instead.
 """
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +31,9 @@ import torch.nn as nn
 
 from workbench.provenance import RANDOM_INIT, ModelSource, RandomInitWarning
 from workbench.runs import Run, RunError, find_run, sha256_file
+
+#: seed of the random initial weights of a timm name loaded without a checkpoint (``--seed`` of ``workbench analyze``)
+DEFAULT_INIT_SEED = 0
 
 
 class CheckpointError(ValueError):
@@ -145,13 +154,36 @@ def check_finite_weights(state: dict[str, torch.Tensor], *, what: str) -> None:
             "damaged (export it again).")
 
 
-def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | torch.device = "cpu", **kwargs) -> LoadedModel:
+def state_dict_sha256(model: nn.Module) -> str:
+    """sha256 over a model's state dict: every tensor's name, dtype, shape and bytes, in name order.
+
+    Equal for equal weights whatever their origin (a run, a checkpoint, a seeded random init) and device.
+    """
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())  # raw bytes of any dtype (bfloat16 included)
+    return h.hexdigest()
+
+
+def seeded_model(name: str, seed: int, **kwargs) -> nn.Module:
+    """``create_model(name)`` with its random initial weights drawn from ``seed`` (torch's global generator is left as
+    it was): the same weights on every call, process and rank."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return create_model(name, **kwargs)
+
+
+def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | torch.device = "cpu",
+               seed: int = DEFAULT_INIT_SEED, **kwargs) -> LoadedModel:
     """Load a model by run id/dir or timm name (+ optional checkpoint), in eval mode.
 
     Args:
         ref: run id, run directory, or timm architecture name.
         checkpoint: local weights for a timm name (not allowed with a run).
         device: where to put the model.
+        seed: seed of the random initial weights of a timm name without a checkpoint (ignored otherwise).
         **kwargs: passed to ``timm.create_model`` (e.g. ``img_size=384``).
 
     Warns:
@@ -167,19 +199,22 @@ def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | 
         name, model_kwargs = run_model_spec(run)
         model = create_model(name, **model_kwargs)
         load_weights(model, read_state_dict(run.checkpoint), what=f"run {run.id!r} checkpoint")
-        source = ModelSource(name, method, run.manifest.get("checkpoint_sha256") or sha256_file(run.checkpoint), run.id)
-    else:
+        source = ModelSource(name, method, run.manifest.get("checkpoint_sha256") or sha256_file(run.checkpoint), run.id,
+                             weights_sha256=state_dict_sha256(model))
+    elif checkpoint is not None:
         model = create_model(ref, **kwargs)
-        sha = None
-        if checkpoint is not None:
-            load_weights(model, read_state_dict(checkpoint), what=f"checkpoint {str(checkpoint)!r}")
-            sha = sha256_file(Path(checkpoint).expanduser())
-        else:
-            warnings.warn(f"{ref!r} has random-init weights (a timm name without a checkpoint): what is computed from "
-                          f"it describes an untrained network, and its provenance says weights: {RANDOM_INIT}. Pass a "
-                          "run id, or the weights with --checkpoint (.safetensors, .pt, .pth)", RandomInitWarning,
-                          stacklevel=2)
-        source = ModelSource(ref, "teacher", sha, None)
+        load_weights(model, read_state_dict(checkpoint), what=f"checkpoint {str(checkpoint)!r}")
+        source = ModelSource(ref, "teacher", sha256_file(Path(checkpoint).expanduser()), None,
+                             weights_sha256=state_dict_sha256(model))
+    else:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"--seed must be an integer, got {seed!r}")
+        model = seeded_model(ref, seed, **kwargs)
+        warnings.warn(f"{ref!r} has random-init weights (a timm name without a checkpoint; seed {seed}): what is "
+                      f"computed from it describes an untrained network, and its provenance says weights: {RANDOM_INIT}. "
+                      "Pass a run id, or the weights with --checkpoint (.safetensors, .pt, .pth)", RandomInitWarning,
+                      stacklevel=2)
+        source = ModelSource(ref, "teacher", None, None, init_seed=seed, weights_sha256=state_dict_sha256(model))
     model.eval().to(device)
     cfg = getattr(model, "pretrained_cfg", {}) or {}
     input_size = tuple(cfg.get("input_size", (3, 224, 224)))

@@ -3,7 +3,9 @@
 Extractors set ``analysis`` and ``config``; :func:`stamp` adds where the model and the images came
 from and which software produced the numbers, so any figure can be traced back from its store. ``weights``
 says whether the model's weights come from a ``run``, a ``checkpoint``, or nowhere (``random-init``: a timm
-name loaded without weights, which :func:`workbench.models.load_model` warns about and the figures mark).
+name loaded without weights, which :func:`workbench.models.load_model` warns about and the figures mark); a random
+init is seeded (``init_seed``) and every model's weights are hashed (``weights_sha256``, a hash of the state dict), so
+a resumed or sharded store can check that all its chunks come from one network.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class ModelSource:
     method: str = "teacher"  # "teacher" or a method short name ("far", "slimswin", ...)
     checkpoint_sha256: str | None = None  # sha256 of the weights file, None for random init
     run: str | None = None  # run id when the model comes from a run directory
+    init_seed: int | None = None  # seed of the random initial weights (random init only)
+    weights_sha256: str | None = None  # sha256 of the state dict (models.state_dict_sha256); None when not loaded
 
     @property
     def weights(self) -> str:
@@ -146,6 +150,8 @@ def stamp(ds: xr.Dataset, model: ModelSource, data: DataSource) -> xr.Dataset:
         checkpoint_sha256=model.checkpoint_sha256 or NULL,
         run=model.run or NULL,
         weights=model.weights,
+        weights_sha256=model.weights_sha256 or NULL,
+        init_seed=NULL if model.init_seed is None else int(model.init_seed),
         data=data.describe(),
         created=now_iso(),
         **versions(),

@@ -25,8 +25,17 @@ shard of the chunks (:func:`workbench.chunked.shard`; no padding or interleaving
 is computed from the same batches whatever N is and the store is bit-for-bit the same), rank 0
 writes the template, and every rank writes only whole chunks of its own.
 
+An unreadable image file (a truncated JPEG in a folder) stops the run with one :class:`~workbench.data.DataError`
+naming it, the chunks written so far kept (a rerun resumes them); with ``skip_bad_images`` (``--skip-bad-images``)
+it is left out with a warning naming it: its row of a per-image store is NaN, and running sums and ``count`` leave
+it out. The store is the same either way, so a run stopped by a bad file resumes with the flag.
+
 Resume: a chunk is done once its marker exists; rerunning the same command skips done chunks.
-A store of another analysis, model, image set or options is refused (:class:`StreamError`).
+A store of another analysis, model, image set or options is refused (:class:`StreamError`), and so is one
+started with other weights: the store records the sha256 of the model's state dict (``weights_sha256``), which
+a resumed run must match -- a timm name without a checkpoint has seeded random weights (``init_seed``), so a
+rerun of the same command resumes, and one with another ``--seed`` is refused. Ranks check that they all loaded
+the same weights before anything is written.
 """
 
 from __future__ import annotations
@@ -53,8 +62,8 @@ from workbench.chunked import (
     write_chunk,
     write_template,
 )
-from workbench.data import DataError, demo_split_indices, load_images, scan_image_folder
-from workbench.provenance import DataSource, config_json, stamp
+from workbench.data import DataError, demo_split_indices, load_images, open_image, scan_image_folder, warn_skipped
+from workbench.provenance import NULL, RANDOM_INIT, DataSource, config_json, stamp
 
 __all__ = ["StreamError", "StreamOptions", "ImageSource", "parse_queries", "stream_analysis"]
 
@@ -79,6 +88,7 @@ class StreamOptions:
     batch_size: int = 32  # images per forward pass (batches never straddle chunks)
     chunk: int = 128  # images per store chunk: the unit of writing, sharding and resuming
     workers: int = 1  # DataLoader worker processes (0: load in the main process)
+    skip_bad_images: bool = False  # unreadable image files: NaN rows and a warning (True) or an error (False)
 
     def __post_init__(self):
         if self.dtype not in ("float32", "float16"):
@@ -122,17 +132,19 @@ def _positions(text: str | None, n: int) -> np.ndarray:
 
 
 class ImageSource(Dataset):
-    """The images of an image spec (:mod:`workbench.data`), one per item, read lazily: ``(tensor (C, H, W), label)``.
+    """The images of an image spec (:mod:`workbench.data`), one per item, read lazily: ``(tensor (C, H, W), label,
+    None)``, or with ``skip_bad`` for an unreadable file ``(zeros, label, the error message)``.
 
     ``demo:...`` and ``skimage:...`` items are exactly what :func:`workbench.data.load_images` gives
     (so a ``.zarr`` store equals the ``.nc`` one); a folder is read file by file with timm's eval
     transform (resize, centre crop), as an ImageFolder is for evaluation.
     """
 
-    def __init__(self, spec: str, *, input_size: tuple[int, int, int], mean=None, std=None):
+    def __init__(self, spec: str, *, input_size: tuple[int, int, int], mean=None, std=None, skip_bad: bool = False):
         m = _SLICE.match(spec.strip())
         base, sl = m.group("base"), m.group("slice")
         self.spec, self.input_size, self.mean, self.std = spec, tuple(input_size), mean, std
+        self.skip_bad = skip_bad
         self.folder = None
         if base.startswith("demo"):
             split = base.partition(":")[2] or "val"
@@ -160,18 +172,20 @@ class ImageSource(Dataset):
     def __len__(self) -> int:
         return len(self.positions)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, str | None]:
         if self.folder is None:
             batch = load_images(self.item_specs[i], input_size=self.input_size, mean=self.mean, std=self.std)
-            return batch.tensor[0], int(batch.labels[0])
-        from PIL import Image
-
+            return batch.tensor[0], int(batch.labels[0]), None
         p = int(self.positions[i])
-        with Image.open(self.folder.files[p]) as img:
-            image = img.convert("L" if self.input_size[0] == 1 else "RGB")
-        return self.transform(image), int(self.folder.labels[p])
+        try:
+            image = open_image(self.folder.files[p], "L" if self.input_size[0] == 1 else "RGB")
+        except DataError as err:  # raised in a worker, the main process gets the same one-line DataError
+            if not self.skip_bad:
+                raise
+            return torch.zeros(self.input_size), int(self.folder.labels[p]), str(err)
+        return self.transform(image), int(self.folder.labels[p]), None
 
-    def __getitems__(self, items: list[int]) -> list[tuple[torch.Tensor, int]]:
+    def __getitems__(self, items: list[int]) -> list[tuple[torch.Tensor, int, str | None]]:
         """A batch in one :func:`~workbench.data.load_images` call where the items are evenly spaced demo images
         (what the DataLoader's batches are); item by item otherwise."""
         pos = self.positions[items]
@@ -180,7 +194,7 @@ class ImageSource(Dataset):
             return [self[i] for i in items]
         batch = load_images(f"demo:{self.split}[{pos[0]}:{pos[-1] + 1}:{step}]", input_size=self.input_size,
                             mean=self.mean, std=self.std)
-        return [(batch.tensor[j], int(batch.labels[j])) for j in range(len(items))]
+        return [(batch.tensor[j], int(batch.labels[j]), None) for j in range(len(items))]
 
     @property
     def source(self) -> DataSource:
@@ -243,20 +257,28 @@ def _entropy(ds: xr.Dataset) -> xr.Dataset:
     return xr.Dataset(out, attrs=ds.attrs)
 
 
-def _finish_batch(ds: xr.Dataset, labels: np.ndarray, opts: StreamOptions, coords: bool = True) -> xr.Dataset:
+def _finish_batch(ds: xr.Dataset, labels: np.ndarray, opts: StreamOptions, coords: bool = True,
+                  skipped: Sequence[int] = ()) -> xr.Dataset:
     """Per-image data (cast to ``opts.dtype``) or, for mean/sum, the batch's float64 sums with ``count``.
 
     ``coords=False`` drops every coordinate first (the template has them; xarray's alignment of a dozen token
-    coords on every operation would cost more than the arithmetic).
+    coords on every operation would cost more than the arithmetic). ``skipped``: positions in the batch of
+    unreadable images, left out of the sums and ``count``, NaN in per-image data.
     """
     if not coords:
         ds = ds.drop_vars(list(ds.coords))
+    keep = np.ones(ds.sizes["sample"], dtype=bool)
+    keep[list(skipped)] = False
     if opts.reduce in ("mean", "sum"):
+        ds = ds.isel(sample=np.flatnonzero(keep))
         sums = xr.Dataset({n: x.astype(np.float64).sum("sample", skipna=False).assign_attrs(x.attrs)
                            for n, x in ds.data_vars.items() if "sample" in x.dims and x.dtype.kind == "f"}, attrs=ds.attrs)
         return sums.assign(count=np.int64(ds.sizes["sample"]))
     if opts.reduce == "entropy":
         ds = _entropy(ds)
+    if not keep.all():
+        mask = xr.DataArray(keep, dims="sample")
+        ds = ds.assign({n: x.where(mask) for n, x in ds.data_vars.items() if "sample" in x.dims and x.dtype.kind == "f"})
     dt = np.dtype(opts.dtype)
     ds = ds.assign({n: x.astype(dt) for n, x in ds.data_vars.items() if x.dtype.kind == "f" and x.dtype != dt})
     return ds.assign(label=("sample", np.asarray(labels, dtype=np.int64)))
@@ -329,12 +351,44 @@ def _fingerprint(ds: xr.Dataset) -> str:
                       sort_keys=True)
 
 
+def _check_weights(path: Path, attrs: dict, now: dict) -> None:
+    """Refuse to resume a store whose chunks were computed with other weights (state-dict sha256, not only the name)."""
+    old, new = attrs.get("weights_sha256"), now.get("weights_sha256")
+    model = f"{now.get('model_name')!r}" + ("" if now.get("weights") != RANDOM_INIT else f" (random init, seed "
+                                                                                       f"{now.get('init_seed')})")
+    if old in (None, NULL, ""):
+        if now.get("weights") == RANDOM_INIT:
+            raise StreamError(f"store {str(path)!r} holds random-init chunks written before the weights were hashed, "
+                              f"so nothing says they come from the weights of {model} (sha256 {new}); write to a new "
+                              "--out, or delete the store to recompute it")
+        return  # a run or checkpoint: its file's sha256 (checkpoint_sha256) is compared with the other attrs
+    if old != new:
+        raise StreamError(f"store {str(path)!r} was started with other weights than {model} has now: state-dict sha256 "
+                          f"{old} in the store vs {new} now (another checkpoint, run or --seed). Its chunks would mix two "
+                          "networks: rerun with the weights it was started with, write to a new --out, or delete it.")
+
+
+def _check_ranks_agree(weights_sha256: str, world: int) -> None:
+    """Every rank loaded the same weights (all raise otherwise, so none waits for the others)."""
+    if world == 1:
+        return
+    import torch.distributed as dist
+
+    hashes: list = [None] * world
+    dist.all_gather_object(hashes, weights_sha256)
+    if len(set(hashes)) > 1:
+        listed = ", ".join(f"rank {r}: {h}" for r, h in enumerate(hashes))
+        raise StreamError(f"the torchrun ranks loaded different weights ({listed}); every rank must load the same "
+                          "model: pass a run id or --checkpoint, or the same --seed on every rank")
+
+
 def _check_resume(path: Path, template: xr.Dataset, layout: StreamLayout) -> None:
-    """Refuse to resume into a store written by another analysis, model, image set or options."""
+    """Refuse to resume into a store written by another analysis, model, weights, image set or options."""
     try:
         old, attrs = read_layout(path)
     except ChunkError as err:
         raise StreamError(f"cannot resume into {str(path)!r}: {err}") from None
+    _check_weights(path, attrs, template.attrs)
     diffs = [f"{k}: store {str(attrs.get(k))[:80]!r} vs now {str(template.attrs.get(k))[:80]!r}"
              for k in MATCH_ATTRS if str(attrs.get(k)) != str(template.attrs.get(k))]
     diffs += [f"stream {k}: store {getattr(old, k)!r} vs now {getattr(layout, k)!r}"
@@ -355,12 +409,14 @@ def _batches(layout: StreamLayout, chunks: Sequence[int], batch_size: int) -> li
 
 
 def _collate(items):
-    return torch.stack([x for x, _ in items]), np.array([y for _, y in items], dtype=np.int64)
+    """``(images (B, C, H, W), labels (B,), [(position in the batch, error message) of unreadable images])``."""
+    return (torch.stack([x for x, _, _ in items]), np.array([y for _, y, _ in items], dtype=np.int64),
+            [(j, bad) for j, (_, _, bad) in enumerate(items) if bad])
 
 
 def stream_analysis(kind: str, model: str, images: str, out: str | Path, *, checkpoint: str | None = None,
                     device: str = "auto", img_size: int | None = None, opts: StreamOptions | None = None,
-                    progress: bool = True, **options) -> Path:
+                    progress: bool = True, seed: int | None = None, **options) -> Path:
     """Stream extractor ``kind`` over ``images`` into the chunked zarr store ``out`` (module docstring).
 
     Under torchrun each rank calls this with the same arguments. Returns the store's path.
@@ -373,6 +429,7 @@ def stream_analysis(kind: str, model: str, images: str, out: str | Path, *, chec
         checkpoint, device, img_size: as for ``workbench analyze``.
         opts: what to keep and how to batch (:class:`StreamOptions`).
         progress: a progress bar on rank 0 (also off with ``WORKBENCH_PROGRESS=0``).
+        seed: seed of a random-init model's weights (None: :data:`workbench.models.DEFAULT_INIT_SEED`).
         **options: the extractor's own options (e.g. ``wrt``, ``norm`` of ``dependency``).
 
     Raises:
@@ -391,16 +448,21 @@ def stream_analysis(kind: str, model: str, images: str, out: str | Path, *, chec
         raise StreamError(f"a streamed store is a .zarr directory; got {str(out)!r}")
     dev = resolve_device(device)  # under torchrun cuda is this rank's own GPU
     rank, world = init_distributed(dev)  # NCCL for cuda, gloo for the CPU
-    loaded = load_model(model, checkpoint=checkpoint, device=dev, **({"img_size": img_size} if img_size else {}))
-    source = ImageSource(images, input_size=loaded.input_size, mean=loaded.mean, std=loaded.std)
+    loaded = load_model(model, checkpoint=checkpoint, device=dev, **({"seed": seed} if seed is not None else {}),
+                        **({"img_size": img_size} if img_size else {}))
+    _check_ranks_agree(loaded.source.weights_sha256, world)
+    source = ImageSource(images, input_size=loaded.input_size, mean=loaded.mean, std=loaded.std,
+                         skip_bad=opts.skip_bad_images)
     n = len(source)
     layout = StreamLayout(n, opts.chunk, "chunk" if opts.reduce in ("mean", "sum") else "sample", opts.reduce, opts.stored())
 
     def run(idx, coords: bool = False) -> xr.Dataset:
-        x, y = _collate(source.__getitems__(idx)) if isinstance(idx, list) else idx
+        x, y, bad = _collate(source.__getitems__(idx)) if isinstance(idx, list) else idx
+        for _, message in bad:  # unreadable files (skip_bad_images): their zero images' rows become NaN
+            warn_skipped(message)
         targets = torch.as_tensor(y, device=dev) if (y >= 0).all() else None
         ds = extract_batch(kind, loaded.model, x.to(dev), targets, opts, **options)
-        return _finish_batch(ds, y, opts, coords)
+        return _finish_batch(ds, y, opts, coords, skipped=[j for j, _ in bad])
 
     first_idx = list(range(0, min(opts.batch_size, opts.chunk, n)))
     first, error = None, None

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-__all__ = ["add_stream_flags", "add_reduce_parser", "streamed", "cmd_stream", "cmd_reduce", "inspect_chunked"]
+__all__ = ["add_stream_flags", "add_reduce_parser", "streamed", "cmd_stream", "cmd_reduce", "inspect_chunked",
+           "print_whole"]
 
 #: analyze flags that only a streamed (.zarr) store takes, with their argparse defaults
 STREAM_FLAGS = {"heads": None, "queries": None, "dtype": None, "reduce": None, "batch_size": None, "chunk": None,
@@ -63,12 +64,14 @@ def cmd_stream(args) -> int:
 
     given = {k: getattr(args, k) for k in STREAM_FLAGS if getattr(args, k, None) is not None}
     opts = StreamOptions(layers=_ints(args.layers), heads=_ints(given.pop("heads", None)),
-                         queries=parse_queries(given.pop("queries", None)), **given)
+                         queries=parse_queries(given.pop("queries", None)),
+                         skip_bad_images=bool(getattr(args, "skip_bad_images", False)), **given)
     extra = {n: getattr(args, n) for n in ("wrt", "norm") if getattr(args, n, None)}
     if extra and args.kind != "dependency":
         raise ValueError(f"--{next(iter(extra))} applies to the dependency analysis only")
     path = stream_analysis(args.kind.replace("-", "_"), args.model, args.images, args.out, checkpoint=args.checkpoint,
-                           device=args.device, img_size=args.img_size, opts=opts, **extra)
+                           device=args.device, img_size=args.img_size, opts=opts, seed=getattr(args, "seed", None),
+                           **extra)
     import torch.distributed as dist
 
     if not dist.is_initialized() or dist.get_rank() == 0:
@@ -90,6 +93,14 @@ def cmd_reduce(args) -> int:
     return 0
 
 
+def print_whole(ds) -> None:
+    """A Dataset's repr with every provenance attr (xarray shows 12 rows by default)."""
+    import xarray as xr
+
+    with xr.set_options(display_max_rows=max(12, len(ds.attrs), len(ds.data_vars))):
+        print(ds)
+
+
 def inspect_chunked(store: str) -> bool:
     """``workbench inspect`` of a ``.zarr`` store: completeness, then the (complete part of the) Dataset. False otherwise."""
     from workbench.chunked import completeness, is_chunked, read_layout
@@ -109,6 +120,6 @@ def inspect_chunked(store: str) -> bool:
         print(f"{store}: {done}/{total} chunks of {layout.chunk} images written ({layout.n_samples} images, layout "
               f"{layout.layout!r}, reduce {layout.reduce!r}); {state}")
     ds = open_store(store, partial=True)
-    print(ds)
+    print_whole(ds)
     ds.close()
     return True
