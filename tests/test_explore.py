@@ -240,7 +240,22 @@ def test_payload_holds_the_current_view_only(state):
     panel0 = np.frombuffer(buffers["panels"], np.float16)[:49].astype(np.float32)
     rows = state.rows("teacher")
     np.testing.assert_allclose(panel0, rows.maps[2].mean(0).ravel(), rtol=1e-3)
-    assert far["vmax"] == pytest.approx(float(np.nanmax(state.rows("FAR").maps[2].mean(0))), rel=1e-6)
+    far_map = state.rows("FAR").maps[2].mean(0)  # (7, 7)
+    others = np.delete(far_map.ravel(), 1 * 7 + 1)  # every key but the query's own (1, 1)
+    # saliency maps leave the query's own token out of the colour range by default; it is reported beside
+    assert far["exclude_query"] and not teacher["exclude_query"]
+    assert far["vmax"] == pytest.approx(float(others.max()), rel=1e-6)
+    assert far["self_value"] == pytest.approx(float(far_map[1, 1]), rel=1e-6)
+    assert all(p["image_id"] == meta["image_id"] == state.image_id for p in meta["panels"])
+    state.select(exclude_query=False)
+    meta, _ = state.payload()
+    assert meta["panels"][1]["vmax"] == pytest.approx(float(far_map.max()), rel=1e-6)
+    state.select(exclude_query=True)  # now the teacher's own token leaves its range too
+    meta, _ = state.payload()
+    att = np.delete(rows.maps[2].mean(0).ravel(), 8)
+    spa = np.delete(state.rows("Sparsifiner").maps[2].mean(0).ravel(), 8)
+    assert meta["panels"][0]["vmax"] == pytest.approx(float(max(att.max(), spa.max())), rel=1e-6)
+    state.select(exclude_query=None)
 
 
 # ------------------------------------------------------------------------------------------ bad input

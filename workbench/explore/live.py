@@ -132,6 +132,7 @@ class LiveModel:
             r = self.reader(self.ids[0])
             self.prefix_kinds, self.grid, self.layer_labels = r.prefix_kinds, r.grid, r.layer_labels
             self.num_heads, self.units, self.branches = r.num_heads, r.units, r.branches
+            self.heads_per_layer = getattr(r, "heads_per_layer", None)
 
     def _index(self, image_id: str) -> int:
         if image_id not in self.ids:

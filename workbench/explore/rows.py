@@ -67,6 +67,9 @@ class ModelRows:
         query_cell: ``(layer, 2)`` the query's (row, column) on ``maps``' grid per layer; ``-1`` for a prefix query.
         outline: ``(layer, head, gh, gw)`` bool keys to outline (Sparsifiner's kept keys, Swin's window) or None.
         pruned: ``(layer, head)`` bool pruned (window, head) pairs of the query's window (SlimSwin) or None.
+        heads: ``(layer,)`` how many heads each layer has (head slots past that are padding), or None: all of them.
+        cell_size: ``(layer, 2)`` cells of ``maps`` one token covers (a coarser Swin stage repeated onto the finest
+            grid), or None: one.
     """
 
     label: str
@@ -78,6 +81,12 @@ class ModelRows:
     outline: np.ndarray | None = None
     pruned: np.ndarray | None = None
     notes: list[str] = field(default_factory=list)
+    heads: np.ndarray | None = None
+    cell_size: np.ndarray | None = None
+
+    def num_heads_at(self, layer: int) -> int:
+        """Heads layer ``layer`` has."""
+        return int(self.heads[layer]) if self.heads is not None else int(self.maps.shape[1])
 
 
 def image_ids(ds: xr.Dataset) -> list[str]:
@@ -287,7 +296,7 @@ class DatasetReader:
         maps = np.full((n_l, n_h, gh, gw), np.nan, np.float32)
         outline = np.zeros((n_l, n_h, gh, gw), bool)
         pruned = np.zeros((n_l, n_h), bool) if self.active is not None else None
-        cells = np.zeros((n_l, 2), int)
+        cells, sizes = np.zeros((n_l, 2), int), np.ones((n_l, 2), int)
         arr = self.array(self.var)
         tokens = np.full((n_l, n_h, arr.shape[-1]), np.nan, np.float32)  # the window's keys, for agreement
         for i in range(n_l):
@@ -305,8 +314,11 @@ class DatasetReader:
             ry, rx = gh // h, gw // w  # repeat a coarser stage map onto the finest grid
             maps[i] = stage.repeat(ry, 1).repeat(rx, 2)
             outline[i] = inside.repeat(ry, 0).repeat(rx, 1)[None]
-            cells[i] = (y * ry, x * rx)
+            cells[i], sizes[i] = (y * ry, x * rx), (ry, rx)
             if pruned is not None:
                 pruned[i] = ~self.active[i, win]
                 pruned[i, self.heads_per_layer[i]:] = False
-        return ModelRows(self.label, image_id, maps, np.zeros((n_l, n_h, 0), np.float32), tokens, cells, outline, pruned)
+        absent = np.arange(n_h)[None, :] >= self.heads_per_layer[:, None]  # (layer, head): slots a layer lacks
+        maps[absent], tokens[absent], outline[absent] = np.nan, np.nan, False
+        return ModelRows(self.label, image_id, maps, np.zeros((n_l, n_h, 0), np.float32), tokens, cells, outline, pruned,
+                         heads=self.heads_per_layer.copy(), cell_size=sizes)
