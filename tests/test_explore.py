@@ -107,20 +107,56 @@ def test_attention_rows_equal_the_extractor_and_softmax_qk(state, vit, batch, qu
         np.testing.assert_array_equal(rows.prefix[..., 0], rows.tokens[..., 0])
 
 
-@pytest.mark.parametrize("mode", ["image", "query"])
+@pytest.mark.parametrize("mode", ["lazy", "image", "query"])
 def test_far_rows_equal_the_dependency_extractor(vit, far_student, batch, mode):
     from workbench.analysis import get_extractor
     from workbench.explore.build import build_state
     from workbench.explore.live import LiveModel
 
     st = build_state(vit, {"FAR": far_student}, SPEC)
-    st.sources["FAR"] = LiveModel("FAR", far_student, batch.tensor, st.images.ids, dependency=mode)
+    st.sources["FAR"] = src = LiveModel("FAR", far_student, batch.tensor, st.images.ids, dependency=mode)
     ref = get_extractor("dependency")(far_student, batch.tensor, queries=[0, _token(3, 1)])
     for image in (0, 2):
         for i, query in enumerate(["cls", (3, 1)]):
             rows = st.rows("FAR", image=image, query=st.query_token(query))
             want = ref["dependency"].values[image, :, :, i, :]
             np.testing.assert_allclose(rows.tokens, want, rtol=1e-4, atol=1e-6 * float(np.abs(want).max()))
+    if mode == "lazy":  # every query of both images was computed in the background: later rows are sliced from it
+        assert src.wait(120)
+        assert set(src._readers) == {st.images.ids[0], st.images.ids[2]}
+        for image in (0, 2):
+            full = src.rows(st.images.ids[image], st.query_token((3, 1)))
+            want = ref["dependency"].values[image, :, :, 1, :]
+            np.testing.assert_allclose(full.tokens, want, rtol=1e-4, atol=1e-6 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("shrunk", [False, True])
+def test_far_query_rows_equal_autograd_jacobian(far_student, batch, shrunk):
+    """The clicked query's rows (one adjoint recurrence for every layer and head) against
+    torch.autograd.functional.jacobian of the substitute's own forward_heads, per block and head."""
+    from methods.far.hoyer import kept_masks, shrink
+    from methods.hooks import run_with_cache
+    from workbench.explore.lazy import query_rows
+
+    model = far_student
+    if shrunk:  # heads and directions of different unit counts (one LSTM with none): several adjoint groups
+        gen = torch.Generator().manual_seed(9)
+        keep = kept_masks(model) & (torch.rand(kept_masks(model).shape, generator=gen) > 0.4)
+        keep[0, 0, 1] = False
+        model = shrink(model, keep).eval()
+    x = batch.tensor[1:2]
+    _, cache = run_with_cache(model, x, names="blocks.*.hook_mixer_in")
+    inputs = [cache[f"blocks.{l}.hook_mixer_in"] for l in range(len(model.blocks))]
+    t_len = inputs[0].shape[1]
+    for q in (0, _token(2, 3), t_len - 1):
+        rows = query_rows(model.blocks, inputs, q)  # (layer, head, T)
+        for l, block in enumerate(model.blocks):
+            u = inputs[l].detach().double()
+            attn = block.attn.double()
+            jac = torch.autograd.functional.jacobian(lambda v: attn.forward_heads(v)[0, q].sum(-1), u)  # (N, 1, T, D)
+            block.attn.float()
+            want = jac[:, 0].norm(dim=-1).numpy()  # (N, T)
+            np.testing.assert_allclose(rows[l], want, rtol=1e-3, atol=1e-5 * float(np.abs(want).max()))
 
 
 def test_sparsifiner_outline_is_the_kept_keys(state, sparse_student, batch):
