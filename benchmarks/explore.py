@@ -131,13 +131,22 @@ def main() -> None:
         teacher = create_model(args.teacher, img_size=size).eval()
         students = students_of(args.teacher, size)
         t0 = time.perf_counter()
-        state = build_state(teacher, students, args.images, img_size=size)  # runs each model on image 0
+        state = build_state(teacher, students, args.images, img_size=size)  # runs each model but FAR on image 0
         build = time.perf_counter() - t0
         tokens = state.sources["teacher"].reader(state.images.ids[0]).ds.sizes["key"]
-        first = first_click(state, 1)
+        far_src = state.sources["FAR"]
+        t0 = time.perf_counter()
+        first = first_click(state, 1)  # FAR: the clicked query's rows; every query's starts in the background
+        during, _ = clicks(state, 3, rng)  # clicks on other patches while the background runs
+        far_src.wait()
+        background = time.perf_counter() - t0
         later, sizes = clicks(state, args.clicks, rng)
-        rows.append(dict(tokens=tokens, source="live", build=build, first=first, later=later, sizes=sizes))
+        rows.append(dict(tokens=tokens, source="live", build=build, first=first, later=later, sizes=sizes,
+                         during=during, background=background))
         report(rows[-1])
+        state.select(image=0)  # the stores need FAR's maps of image 0 too
+        state.payload()
+        far_src.wait()
         with tempfile.TemporaryDirectory() as tmp:
             paths = save_stores(state, Path(tmp))
             disk = sum(p.stat().st_size for p in paths.values())
@@ -163,16 +172,21 @@ def main() -> None:
         report(r)
 
 
-HEADER = (f"{'tokens':>6}  {'source':<18} {'open/build s':>12} {'first click s':>13} {'later median ms':>15} "
-          f"{'later max ms':>12} {'KB per click':>12}  target")
+HEADER = (f"{'tokens':>6}  {'source':<18} {'open/build s':>12} {'first click s':>13} {'during bg s':>11} "
+          f"{'bg done s':>9} {'later median ms':>15} {'later max ms':>12} {'KB per click':>12}  targets")
 
 
 def report(r: dict) -> None:
     target = 50 if r["tokens"] <= 197 else 100
+    first_target = 2 if r["tokens"] <= 197 else 5
     med = 1000 * statistics.median(r["later"])
     ok = "ok" if med <= target and max(r["sizes"]) <= 100_000 else "MISSED"
-    print(f"{r['tokens']:>6}  {r['source']:<18} {r['build']:>12.2f} {r['first']:>13.3f} {med:>15.1f} "
-          f"{1000 * max(r['later']):>12.1f} {max(r['sizes']) / 1000:>12.1f}  <= {target} ms, <= 100 KB: {ok}", flush=True)
+    first_ok = "ok" if r["first"] <= first_target else "MISSED"
+    during = f"{statistics.median(r['during']):>11.2f}" if r.get("during") else f"{'-':>11}"
+    bg = f"{r['background']:>9.1f}" if r.get("background") else f"{'-':>9}"
+    print(f"{r['tokens']:>6}  {r['source']:<18} {r['build']:>12.2f} {r['first']:>13.3f} {during} {bg} {med:>15.1f} "
+          f"{1000 * max(r['later']):>12.1f} {max(r['sizes']) / 1000:>12.1f}  later <= {target} ms, <= 100 KB: {ok}; "
+          f"first <= {first_target} s: {first_ok if r['source'] == 'live' else '-'}", flush=True)
 
 
 if __name__ == "__main__":

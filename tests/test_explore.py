@@ -438,3 +438,110 @@ def test_import_workbench_stays_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr
+
+
+# ------------------------------------------------------------------------------ one source of truth
+def test_state_changed_from_code_moves_every_control_and_the_pixels(vit, far_student):
+    """The notebook's calls: select from code, then a click; the controls, the pixels and every map follow the state."""
+    from workbench.explore import build_state
+    from workbench.explore.widget import Explorer
+
+    st = build_state(vit, {"FAR": far_student}, SPEC)
+    w = Explorer(st)
+    pixels = lambda: np.frombuffer(w.view.image, np.uint8).reshape(w.view.image_shape)  # noqa: E731
+    want = lambda i: np.clip(np.round(st.images.display[i] * 255), 0, 255).astype(np.uint8)  # noqa: E731
+    np.testing.assert_array_equal(pixels(), want(0))
+    st.select(image=1, query=(3, 4), layer=2)
+    assert (w.image_slider.value, w.layer_slider.value) == (1, 2)
+    assert w.view.image_id == w.view.state["image_id"] == st.images.ids[1]
+    np.testing.assert_array_equal(pixels(), want(1))  # the pixels are image 1's, sent with its maps
+    w.view.click = [0.05, 0.05, 1]  # then a click: still image 1, every panel's maps computed on it
+    assert w.view.state["query_label"] == "patch (0, 0)" and w.image_slider.value == 1
+    assert [p["image_id"] for p in w.view.state["panels"]] == [st.images.ids[1]] * 2
+    np.testing.assert_array_equal(pixels(), want(1))
+    panel0 = np.frombuffer(w.view.panels, np.float16)[:49].astype(np.float32)
+    np.testing.assert_allclose(panel0, st.rows("teacher", image=1).maps[2].mean(0).ravel(), rtol=1e-3)
+    st.select(strip="FAR", head=3, scale="panel", exclude_query=False)
+    assert (w.strip_menu.value, w.head_menu.value, w.scale_toggle.value, w.self_menu.value) == ("FAR", 3, "panel", "included")
+    assert w.view.state["strip"]["label"] == "FAR"
+    # a control moves the state (and the other controls stay as they are)
+    w.layer_slider.value = 4
+    w.image_slider.value = 2
+    assert (st.selection.layer, st.selection.image, w.view.image_id) == (4, 2, st.images.ids[2])
+    np.testing.assert_array_equal(pixels(), want(2))
+    # a thumbnail click selects its layer and head
+    w.view.pick = [5, 1, 1]
+    assert (st.selection.layer, st.selection.head, w.layer_slider.value, w.head_menu.value) == (5, 1, 5, 1)
+    # a bad value from code changes nothing
+    with pytest.raises(Exception, match="head 9 out of range"):
+        st.select(head=9)
+    assert w.head_menu.value == 1 and st.selection.head == 1
+
+
+def test_agreement_follows_the_selected_head(state):
+    state.select(query=(2, 2), head=None, layer=0)
+    mean = {k: v["js"].copy() for k, v in state.agreement().items()}
+    state.select(head=1)
+    ag = state.agreement()
+    for label in ("FAR", "Sparsifiner"):
+        t = normalise_rows_of(state.rows("teacher").tokens[:, 1])
+        s = normalise_rows_of(state.rows(label).tokens[:, 1])
+        from workbench.explore.state import row_js
+
+        np.testing.assert_allclose(ag[label]["js_head"], row_js(t, s), atol=1e-12)
+        assert not np.allclose(ag[label]["js_head"], mean[label])
+    state.select(head=None)
+
+
+def normalise_rows_of(p):
+    p = np.asarray(p, np.float64)
+    with np.errstate(invalid="ignore"):
+        return p / p.sum(-1, keepdims=True)  # an all-zero row (a Sparsifiner head keeping no key): NaN
+
+
+@pytest.fixture(scope="module")
+def slim_all_pruned():
+    """A gated demo Swin whose layer-2 window 0 has all 6 heads pruned, layer-0 window 0 two of its 3."""
+    import methods.slimswin as ss
+    from workbench.models import create_model
+
+    torch.manual_seed(4)
+    model = ss.add_gates(create_model("swin_demo")).eval()
+    masks = [m.clone() for m in ss.get_masks(model)]
+    masks[2][0, :] = False
+    masks[0][0, :2] = False
+    ss.set_mask(model, masks)
+    return model
+
+
+def test_slimswin_window_with_every_head_pruned_is_greyed_and_means_cover_its_heads(slim_all_pruned):
+    from workbench.explore import build_state
+    from workbench.models import create_model
+
+    st = build_state(create_model("swin_demo").eval(), {"SlimSwin": slim_all_pruned}, "demo:val[:1]")
+    st.select(query=(0, 0), layer=2, strip="SlimSwin")  # window 0 of every layer holds the top-left token
+    assert st.heads_at() == 6 and st.heads_at(0) == 3 and st.heads_at(4) == 12
+    view = st.view()
+    slim, teacher = view["panels"][1], view["panels"][0]
+    assert slim["pruned"] and "all 6 heads pruned" in slim["note"] and not teacher["pruned"]
+    rows = st.rows("SlimSwin")
+    np.testing.assert_allclose(slim["map"], rows.maps[2, :6].mean(0), rtol=1e-6)  # its 6 heads, not 12 slots
+    assert np.isfinite(rows.maps[2, :6]).any() and np.isnan(rows.maps[2, 6:]).all()
+    np.testing.assert_allclose(teacher["map"], st.rows("teacher").maps[2, :6].mean(0), rtol=1e-6)
+    assert view["strip_heads"] == [3, 3, 6, 6, 12, 12] and view["strip_pruned"][2, :6].all()
+    # layer 0: two of three heads pruned in this window: the mean is the one head left
+    st.select(layer=0)
+    slim = st.view()["panels"][1]
+    assert not slim["pruned"] and "mean over 1 of 3 heads (2 pruned here)" in slim["note"]
+    np.testing.assert_allclose(slim["map"], rows.maps[0, 2], rtol=1e-6)
+    # the head menu offers the heads the layer has; a deeper layer keeps a head it has, a shallower one returns to the mean
+    from workbench.explore.widget import Explorer
+
+    w = Explorer(st)
+    assert [v for _, v in w.head_menu.options] == ["mean", 0, 1, 2]
+    st.select(layer=4, head=9)
+    assert [v for _, v in w.head_menu.options][-1] == 11 and w.head_menu.value == 9
+    st.select(layer=1)
+    assert st.selection.head is None and w.head_menu.value == "mean"
+    with pytest.raises(Exception, match="head 3 out of range: layer 1 has at most 3 heads"):
+        st.select(head=3)

@@ -18,8 +18,10 @@ the click kept (no second forward, no hooks in the thread); later clicks slice i
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
+import weakref
 from typing import Callable, Sequence
 
 import numpy as np
@@ -30,6 +32,18 @@ from methods.far import MultiHeadBiLSTM
 from workbench.analysis.dependency import dependency_factored, head_output_fn
 
 __all__ = ["query_rows", "Background"]
+
+_RUNNING: weakref.WeakSet = weakref.WeakSet()  # background jobs not yet finished
+
+
+@atexit.register
+def _stop_all() -> None:
+    """At interpreter exit: stop the background jobs after their current layer (a thread killed inside a torch op
+    aborts the process)."""
+    for job in list(_RUNNING):
+        job.cancel()
+    for job in list(_RUNNING):
+        job.thread.join(timeout=60)
 
 
 def query_rows(blocks: Sequence[nn.Module], inputs: Sequence[torch.Tensor], q: int) -> np.ndarray:
@@ -97,6 +111,7 @@ class Background:
         self.finished = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="explore-far-dependency", daemon=True)
+        _RUNNING.add(self)
         self.thread.start()
 
     def _run(self) -> None:
@@ -118,6 +133,7 @@ class Background:
             self.error = err
         finally:
             self.finished.set()
+            _RUNNING.discard(self)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until finished; True when done. Raises what the thread raised."""
