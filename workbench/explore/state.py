@@ -271,15 +271,18 @@ class ExploreState:
             same_keys = _keys(self.sources[self.reference]) == _keys(self.sources[label])
             if same_keys and ref.tokens is not None and r.tokens is not None and ref.tokens.shape[-1] == r.tokens.shape[-1]:
                 k = max(1, int(round(TOPK * ref.tokens.shape[-1])))
-                for l in range(n_l):
-                    t = normalise_rows(ref.tokens[l])  # (head, T)
-                    s = normalise_rows(r.tokens[self.model_layer(label, l)])
-                    ta, sa = _head_mean(t, ref, l), _head_mean(s, r, self.model_layer(label, l))
-                    if not (np.isnan(ta).any() or np.isnan(sa).any()):
-                        res["js"][l], res["topk"][l] = row_js(ta, sa), row_topk_overlap(ta, sa, k)
-                    h = self.selection.head
-                    if h is not None and h < min(len(t), len(s)) and not (np.isnan(t[h]).any() or np.isnan(s[h]).any()):
-                        res["js_head"][l], res["topk_head"][l] = row_js(t[h], s[h]), row_topk_overlap(t[h], s[h], k)
+                layers = [self.model_layer(label, l) for l in range(n_l)]
+                t = normalise_rows(ref.tokens)  # (layer, head, T)
+                s = normalise_rows(r.tokens)  # (layer, head, T); its `layers` are at the reference's depths
+                pairs = [("js", "topk", _head_mean(t, ref, range(n_l)), _head_mean(s, r, layers))]
+                s = s[layers]
+                h = self.selection.head
+                if h is not None and h < min(t.shape[1], s.shape[1]):
+                    pairs.append(("js_head", "topk_head", t[:, h], s[:, h]))
+                for js, topk, a, b in pairs:  # (layer, T) each
+                    ok = ~(np.isnan(a).any(-1) | np.isnan(b).any(-1))
+                    if ok.any():
+                        res[js][ok], res[topk][ok] = row_js(a[ok], b[ok]), row_topk_overlap(a[ok], b[ok], k)
             out[label] = res
         return out
 
@@ -386,12 +389,15 @@ def _num(x) -> float | None:
     return x if np.isfinite(x) else None
 
 
-def _head_mean(rows_n: np.ndarray, rows: ModelRows, layer: int) -> np.ndarray:
-    """The mean of a layer's normalised rows ``(head, T)`` over the heads it has that are not pruned (all of them
-    when every one is), as the panels average them."""
-    n = rows.num_heads_at(layer)
-    keep = np.ones(n, bool)
-    if rows.pruned is not None and (~rows.pruned[layer, :n]).any():
-        keep = ~rows.pruned[layer, :n]
+def _head_mean(rows_n: np.ndarray, rows: ModelRows, layers) -> np.ndarray:
+    """``(len(layers), T)``: the mean of normalised rows ``(layer, head, T)`` over the heads each layer has that are
+    not pruned (all of them where every one is), as the panels average them."""
+    layers = list(layers)
+    n_h = rows_n.shape[1]
+    have = np.arange(n_h)[None, :] < np.array([rows.num_heads_at(l) for l in layers])[:, None]  # (layer, head)
+    keep = have.copy()
+    if rows.pruned is not None:
+        active = have & ~rows.pruned[layers]
+        keep = np.where(active.any(1, keepdims=True), active, have)
     with _quiet():
-        return np.nanmean(rows_n[:n][keep], 0)
+        return np.nanmean(np.where(keep[..., None], rows_n[layers], np.nan), 1)
