@@ -183,7 +183,7 @@ def test_click_a_patch_in_jupyterlab(lab, tmp_path):
 # its map, and the image panel's grey levels at the centres of the 7 x 7 patch cells
 SHOWN = """() => {
   const text = (sel) => { const e = document.querySelector(sel); return e ? e.innerText.trim() : null; };
-  const option = (sel) => { const e = document.querySelector(sel); return e ? e.selectedOptions[0].textContent : null; };
+  const option = (sel) => { const e = document.querySelector(sel); return e ? e.selectedOptions[0].textContent.replace(/\u00a0/g, ' ') : null; };
   const img = document.querySelector('canvas.wbx-image');
   const d = img.getContext('2d').getImageData(0, 0, img.width, img.height).data;
   const grey = [];
@@ -204,11 +204,12 @@ SHOWN = """() => {
 
 
 def _expected(spec: str, image: int) -> tuple[str, np.ndarray]:
-    """The id of image ``image`` of ``spec`` and its grey levels at the 7 x 7 cell centres (28 x 28 demo digits)."""
+    """The id of image ``image`` of ``spec`` and its grey levels at the 7 x 7 cell centres (28 x 28 demo digits: the
+    canvas pixel at a cell's centre shows image pixel 2 + 4 · cell)."""
     from workbench.data import load_images
 
     batch = load_images(spec, input_size=(1, 28, 28))
-    return f"demo:val[{int(batch.source.indices[image])}]", np.round(batch.display[image][4::4][:7, :][:, 2::4][:, :7] * 255)
+    return f"demo:val[{int(batch.source.indices[image])}]", np.round(batch.display[image][2::4, 2::4] * 255)
 
 
 def _check_one_image(shown: dict, image_id: str, grey: np.ndarray) -> None:
@@ -238,7 +239,7 @@ def test_notebook_walkthrough_keeps_controls_pixels_and_maps_on_one_image(lab, t
                                    "document.querySelector('.wbx-query').innerText === 'query: patch (3, 4)'",
                                    timeout=120_000)
             selected = page.evaluate(SHOWN)
-            page.locator(".jp-OutputArea").first.screenshot(path=str(shots / "walkthrough-selected.png"))
+            page.locator(".jp-OutputArea-output:has(.wbx)").first.screenshot(path=str(shots / "walkthrough-selected.png"))
             far = page.locator("canvas.wbx-map[data-model='FAR']").bounding_box()
             page.mouse.click(far["x"] + (5.5 / 7) * far["width"], far["y"] + (1.5 / 7) * far["height"])  # patch (1, 5)
             page.wait_for_function("() => document.querySelector('.wbx-query').innerText === 'query: patch (1, 5)'",
@@ -246,7 +247,7 @@ def test_notebook_walkthrough_keeps_controls_pixels_and_maps_on_one_image(lab, t
             page.mouse.move(far["x"] + 0.5 * far["width"], far["y"] + 0.5 * far["height"])  # the value read-out
             clicked = page.evaluate(SHOWN)
             readout = page.locator(".wbx-readout").inner_text()
-            page.locator(".jp-OutputArea").first.screenshot(path=str(shots / "walkthrough-clicked.png"))
+            page.locator(".jp-OutputArea-output:has(.wbx)").first.screenshot(path=str(shots / "walkthrough-clicked.png"))
         finally:
             browser.close()
     for shown in (selected, clicked):
@@ -271,13 +272,13 @@ def test_slimswin_window_with_every_head_pruned_is_greyed(lab, tmp_path):
         browser, page, _ = _open(pw, url, token, "slimswin.ipynb", SLIM_CELLS, shots)
         try:
             page.wait_for_function("() => document.querySelectorAll('canvas.wbx-map').length === 2", timeout=60_000)
-            strip = page.evaluate("() => document.querySelector('.wbx-control-strip select').selectedOptions[0].textContent")
-            head_options = page.evaluate("() => Array.from(document.querySelector('.wbx-control-head select').options).map(o => o.textContent)")
+            strip = page.evaluate("() => document.querySelector('.wbx-control-strip select').selectedOptions[0].textContent.replace(/\u00a0/g, ' ')")
+            head_options = page.evaluate("() => Array.from(document.querySelector('.wbx-control-head select').options).map(o => o.textContent.replace(/\u00a0/g, ' '))")
             slim, teacher = page.evaluate(saturation, "SlimSwin"), page.evaluate(saturation, "teacher")
             thumbs = page.evaluate("""() => Array.from(document.querySelectorAll('canvas.wbx-thumb')).map(
                 c => [Number(c.dataset.layer), Number(c.dataset.head), c.dataset.pruned])""")
             sub = page.locator("canvas.wbx-map[data-model='SlimSwin']").locator("xpath=..").inner_text()
-            page.locator(".jp-OutputArea").first.screenshot(path=str(shots / "slimswin-pruned.png"))
+            page.locator(".jp-OutputArea-output:has(.wbx)").first.screenshot(path=str(shots / "slimswin-pruned.png"))
         finally:
             browser.close()
     assert strip == "SlimSwin"  # selected from code before the widget was shown

@@ -311,6 +311,10 @@ class ExploreState:
                                heads=rows.num_heads_at(l)))
         colour_ranges(panels, sel.scale)
         strip_rows = self.rows(sel.strip)
+        agreement = self.agreement()
+        for src in self.sources.values():  # the view is computed: background work may start (a live FAR's queries)
+            if hasattr(src, "start_background"):
+                src.start_background()
         strip_src = self.sources[sel.strip]
         n_sl = len(strip_src.layer_labels)
         q = sel.query
@@ -321,7 +325,7 @@ class ExploreState:
         else:
             qlabel = f"{q[0]} token"
         return dict(image=self.images.display[sel.image], image_id=self.image_id, query=q, query_label=qlabel,
-                    layer=sel.layer, head=sel.head, scale=sel.scale, panels=panels, agreement=self.agreement(),
+                    layer=sel.layer, head=sel.head, scale=sel.scale, panels=panels, agreement=agreement,
                     ref_layers=list(ref.layer_labels), strip_label=sel.strip, strip=strip_rows.maps,
                     strip_image_id=strip_rows.image_id, strip_layers=list(strip_src.layer_labels),
                     strip_layer=self.model_layer(sel.strip),

@@ -61,12 +61,13 @@ class Explorer(widgets.VBox):
         self.call = call  # the explore(...) call that rebuilds this explorer, when it has one
         ref = state.sources[state.reference]
         n_img, n_layers = len(state.images.ids), len(ref.layer_labels)
-        wide = dict(layout=widgets.Layout(width="300px"), style={"description_width": "70px"})
+        wide = dict(layout=widgets.Layout(width="290px"), style={"description_width": "80px"})
         self.image_slider = widgets.IntSlider(0, 0, max(0, n_img - 1), description="image", continuous_update=False, **wide)
         self.layer_slider = widgets.IntSlider(0, 0, max(0, n_layers - 1), description="layer", continuous_update=False, **wide)
         self.head_menu = widgets.Dropdown(options=self._head_options(), value="mean", description="head", **wide)
         self.scale_toggle = widgets.ToggleButtons(options=[("shared scale", "shared"), ("per panel", "panel")],
-                                                  value="shared", description="colour", style={"button_width": "90px"})
+                                                  value="shared", description="colour",
+                                                  style={"button_width": "100px", "description_width": "80px"})
         self.self_menu = widgets.Dropdown(options=list(SELF_SCALE), value="auto", description="query's own token",
                                           layout=widgets.Layout(width="300px"), style={"description_width": "120px"})
         self.strip_menu = widgets.Dropdown(options=list(state.sources), value=state.reference, description="thumbnails", **wide)
@@ -90,11 +91,11 @@ class Explorer(widgets.VBox):
             w.observe(lambda c, k=key, m=value: self._from_control(k, c["new"] if m is None else m[c["new"]]), "value")
         self.view.observe(self._on_click, "click")
         self.view.observe(self._on_pick, "pick")
-        controls = widgets.VBox([widgets.HBox([self.image_slider, self.layer_slider, self.head_menu]),
-                                 widgets.HBox([self.scale_toggle, self.self_menu]),
+        wrap = widgets.Layout(flex_flow="row wrap")  # narrow outputs put controls on more rows, never cut them
+        controls = widgets.VBox([widgets.HBox([self.image_slider, self.layer_slider, self.head_menu], layout=wrap),
+                                 widgets.HBox([self.scale_toggle, self.self_menu], layout=wrap),
                                  widgets.HBox([self.strip_menu, *self.token_buttons, self.export_button,
-                                               self.export_path, self.export_note])],
-                                layout=widgets.Layout(flex_flow="column wrap"))
+                                               self.export_path, self.export_note], layout=wrap)])
         super().__init__([controls, self.view])
         self._unobserve = state.observe(lambda _s, changed: self._follow(changed))
         self._follow(set())
