@@ -126,7 +126,7 @@ class LiveModel:
         self._inputs: dict[str, list[torch.Tensor]] = {}  # image id -> its blocks' mixer inputs (FAR)
         self._jobs: dict[str, Background] = {}  # image id -> every query's dependency, computing or done
         self._lock = threading.Lock()
-        self._pending: str | None = None  # an image whose every-query dependency waits for start_background()
+        self._pending: list[str] = []  # images whose every-query dependency waits for start_background()
         if self.kind == "dependency" and self.per_query:
             layout = vit_token_layout(model, tuple(images.shape[-2:]))
             self.prefix_kinds, self.grid = layout.prefix_kinds, layout.grid
@@ -181,7 +181,7 @@ class LiveModel:
             q = lay.prefix_kinds.index(query[0])
         row = query_rows(self.model.blocks, inputs, q)  # (layer, head, T)
         if self.lazy and image_id not in self._jobs:
-            self._pending = image_id  # started by start_background(), once the view that asked is answered
+            self._pending.append(image_id)  # started by start_background(), once the view that asked is answered
         return DatasetReader(self.label, self._dependency_ds(image_id, row[:, :, None], [q])).rows(image_id, query)
 
     def start_background(self) -> None:
@@ -189,10 +189,11 @@ class LiveModel:
 
         :meth:`ExploreState.view` calls this after the view is computed, so the background work does not slow the
         click that asked for it."""
-        image_id, self._pending = self._pending, None
-        if image_id is not None and image_id not in self._jobs and image_id in self._inputs:
-            self._jobs[image_id] = Background(self.model.blocks, self._inputs[image_id],
-                                              lambda full, i=image_id: self._finished(i, full))
+        pending, self._pending = self._pending, []
+        for image_id in dict.fromkeys(pending):
+            if image_id not in self._jobs and image_id in self._inputs:
+                self._jobs[image_id] = Background(self.model.blocks, self._inputs[image_id],
+                                                  lambda full, i=image_id: self._finished(i, full))
 
     def _block_inputs(self, image_id: str) -> list[torch.Tensor]:
         """Each block's mixer input for the image (one forward, kept for ``keep_images`` images)."""
