@@ -59,7 +59,7 @@ SLIM_CELLS = [
 ]
 
 # the panels' pixels: a checksum over every panel canvas
-PIXELS = """() => Array.from(document.querySelectorAll('canvas.wbx-canvas')).map(c => {
+PIXELS = """() => Array.from(document.querySelectorAll('canvas.wbx-map')).map(c => {
   const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
   let s = 0; for (let i = 0; i < d.length; i += 1) s = (s * 31 + d[i]) % 1000000007; return s; })"""
 
