@@ -547,3 +547,24 @@ def test_slimswin_window_with_every_head_pruned_is_greyed_and_means_cover_its_he
     assert st.selection.head is None and w.head_menu.value == "mean"
     with pytest.raises(Exception, match="head 3 out of range: layer 1 has at most 3 heads"):
         st.select(head=3)
+
+
+def test_difference_view_is_the_students_share_minus_the_teachers(state):
+    state.select(query=(4, 2), layer=3, head=None, difference=True)
+    try:
+        meta, buffers = state.payload()
+        maps = np.frombuffer(buffers["panels"], np.float16).astype(np.float32).reshape(3, 7, 7)
+        share = {}
+        for label in ("teacher", "FAR", "Sparsifiner"):
+            row = state.rows(label).tokens[3].astype(np.float64).mean(0)  # (T,): head mean, CLS first
+            with np.errstate(invalid="ignore"):  # a Sparsifiner row that kept no key: NaN, as the view has it
+                share[label] = (row / row.sum())[1:].reshape(7, 7)
+        np.testing.assert_allclose(maps[0], state.rows("teacher").maps[3].mean(0), rtol=1e-3)  # the reference as is
+        for i, label in ((1, "FAR"), (2, "Sparsifiner")):
+            want = share[label] - share["teacher"]
+            np.testing.assert_allclose(maps[i], want, atol=2e-3 * np.abs(want).max())
+            p = meta["panels"][i]
+            assert p["diverging"] and p["vmin"] == -p["vmax"] and "teacher" in p["units"]
+        assert (maps[1] < 0).any() and (maps[1] > 0).any()
+    finally:
+        state.select(difference=False)

@@ -18,7 +18,7 @@ import numpy as np
 
 from workbench.explore.rows import ModelRows
 
-__all__ = ["panel_map", "colour_ranges", "query_mask", "quiet"]
+__all__ = ["panel_map", "colour_ranges", "query_mask", "quiet", "differences"]
 
 
 @contextlib.contextmanager
@@ -69,12 +69,35 @@ def query_mask(panel: dict) -> np.ndarray:
     return mask
 
 
+def _share(p: dict) -> np.ndarray:
+    """The panel's map as a share of its whole row (patch and prefix keys), ``(gh, gw)``."""
+    total = np.nansum(p["map"]) + np.nansum(p["prefix"])
+    return np.asarray(p["map"], np.float64) / total if total > 0 else np.full(p["map"].shape, np.nan)
+
+
+def differences(panels: list[dict], comparable: list[bool]) -> None:
+    """Student minus reference (the first panel): each comparable panel's map becomes its share of the row minus the
+    reference's (both normalised to sum to 1 over their keys, so attention and saliency compare), a signed map drawn
+    with a diverging colour map; a panel over other keys says so and shows nothing."""
+    ref = _share(panels[0])
+    for p, ok in zip(panels[1:], comparable[1:]):
+        if ok and p["map"].shape == ref.shape:
+            p["map"] = (_share(p) - ref).astype(np.float32)
+            p["units"] = f"share of the row: {p['label']} − {panels[0]['label']}"
+            p["note"] = (p["note"] + " · " if p["note"] else "") + f"minus {panels[0]['label']}"
+        else:
+            p["map"] = np.full(p["map"].shape, np.nan, np.float32)
+            p["note"] = f"no difference: its keys are not {panels[0]['label']}'s"
+        p["diverging"] = True
+        p["exclude_query"] = False
+
+
 def colour_ranges(panels: list[dict], scale: str) -> None:
     """``vmin`` / ``vmax`` per panel, over the cells it colours (leaving out the query's own token where the panel's
     ``exclude_query`` is set): shared among the panels of one unit (``scale="shared"``) or per panel; from 0 (maps
     are non-negative). ``self_value`` records the query's own value where it was left out."""
     def top(p: dict) -> float:
-        m = np.asarray(p["map"], np.float64)
+        m = np.abs(np.asarray(p["map"], np.float64)) if p.get("diverging") else np.asarray(p["map"], np.float64)
         if p.get("exclude_query"):
             mask = query_mask(p)
             p["self_value"] = float(np.nanmax(m[mask])) if mask.any() and np.isfinite(m[mask]).any() else None
@@ -96,3 +119,5 @@ def colour_ranges(panels: list[dict], scale: str) -> None:
     for p in panels:
         if not np.isfinite(p["vmax"]) or p["vmax"] <= 0:
             p["vmax"] = 1.0
+        if p.get("diverging"):  # signed: symmetric about 0
+            p["vmin"] = -p["vmax"]

@@ -68,11 +68,14 @@ def draw(view: dict, *, figsize_per_panel: float = 2.6):
     for ax, p in zip(axes[1:], panels):
         _show_image(ax, image)
         m = np.ma.masked_invalid(p["map"])
-        im = ax.imshow(m, cmap=CMAP, vmin=p["vmin"], vmax=p["vmax"], alpha=0.75, extent=extent, interpolation="nearest")
+        cmap = "RdBu_r" if p.get("diverging") else CMAP  # a signed difference: blue below 0, red above
+        im = ax.imshow(m, cmap=cmap, vmin=p["vmin"], vmax=p["vmax"], alpha=0.75, extent=extent, interpolation="nearest")
         if p["outline"] is not None:
             _outline(ax, np.asarray(p["outline"]), extent)
         _mark(ax, p["cell"], p["map"].shape, extent)
         pre = ", ".join(f"{k}={v:.3g}" for k, v in zip(p["prefix_kinds"], np.atleast_1d(p["prefix"])) if np.isfinite(v))
+        if p.get("self_value") is not None:
+            pre += (", " if pre else "") + f"query's own {p['self_value']:.3g}: off scale"
         ax.set_title(f"{p['label']} ({p['measure']})\nlayer {p['layer']}, {head}" + (f"\n{p['note']}" if p["note"] else ""),
                      fontsize=8, color="0.5" if p["pruned"] else "black")
         if p["pruned"]:
@@ -149,6 +152,7 @@ def save_view(view: dict, path: str | Path) -> Path:
         if p["outline"] is not None:
             arrays[f"outline{i}"] = np.asarray(p["outline"], bool)
         meta["panels"].append({k: p[k] for k in ("label", "measure", "units", "layer", "prefix_kinds", "pruned", "note")}
+                              | {k: p.get(k) for k in ("image_id", "diverging", "self_value")}
                               | {"cell": list(map(int, p["cell"])), "vmin": float(p["vmin"]), "vmax": float(p["vmax"])})
     np.savez_compressed(path, meta=np.array(json.dumps(meta)), **arrays)
     return path

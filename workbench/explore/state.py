@@ -28,7 +28,7 @@ from typing import Callable, Literal
 
 import numpy as np
 
-from workbench.explore.panels import colour_ranges, panel_map
+from workbench.explore.panels import colour_ranges, differences, panel_map
 from workbench.explore.panels import quiet as _quiet
 from workbench.explore.rows import ExploreError, ModelRows, Query
 
@@ -58,6 +58,7 @@ class Selection:
     scale: Scale = "shared"  # one colour scale per unit (shared) or one per panel
     strip: str = ""  # the model whose layer x head thumbnails are shown ("" = the reference)
     exclude_query: bool | None = None  # leave the query's own token out of the colour range (None: for saliency maps)
+    difference: bool = False  # students' panels show their share of the row minus the reference's
 
 
 def normalise_rows(p: np.ndarray) -> np.ndarray:
@@ -156,7 +157,8 @@ class ExploreState:
 
     def select(self, **changes) -> ExploreState:
         """Change the selection (``image``, ``layer``, ``head`` (int or None = mean), ``query``, ``scale``, ``strip``,
-        ``exclude_query`` (bool, or None: on for saliency maps)); observers are told what changed.
+        ``exclude_query`` (bool, or None: on for saliency maps), ``difference`` (students minus the reference));
+        observers are told what changed.
 
         A layer change that leaves the selected head past the heads the new layer has returns to the mean.
 
@@ -187,12 +189,14 @@ class ExploreState:
                 if value not in self.sources:
                     raise _error(f"strip model {value!r} is not among {list(self.sources)}")
                 sel = replace(sel, strip=value)
+            elif key == "difference":
+                sel = replace(sel, difference=bool(value))
             elif key == "exclude_query":
                 if value not in (None, True, False):
                     raise _error(f"exclude_query is True, False or None (on for saliency maps), got {value!r}")
                 sel = replace(sel, exclude_query=value)
             else:
-                raise _error(f"unknown selection {key!r}; use image, layer, head, query, scale, strip or exclude_query")
+                raise _error(f"unknown selection {key!r}; use image, layer, head, query, scale, strip, exclude_query or difference")
         if sel.head is not None:
             n = self.heads_at(sel.layer)
             if not 0 <= sel.head < n:
@@ -308,7 +312,10 @@ class ExploreState:
                                outline=p["outline"], pruned=p["pruned"], cell=rows.query_cell[l].tolist(),
                                cell_size=rows.cell_size[l].tolist() if rows.cell_size is not None else [1, 1],
                                exclude_query=self.exclude_query_for(label), self_value=None, note=p["note"],
-                               heads=rows.num_heads_at(l)))
+                               heads=rows.num_heads_at(l), diverging=False))
+        if sel.difference:
+            ref_keys = _keys(self.sources[self.reference])
+            differences(panels, [_keys(src) == ref_keys for src in self.sources.values()])
         colour_ranges(panels, sel.scale)
         strip_rows = self.rows(sel.strip)
         agreement = self.agreement()
@@ -356,7 +363,7 @@ class ExploreState:
                              prefix_kinds=p["prefix_kinds"], outline=p["outline"] is not None, pruned=p["pruned"],
                              cell=p["cell"], cell_size=p["cell_size"], exclude_query=p["exclude_query"],
                              self_value=None if p["self_value"] is None else _num(p["self_value"]), note=p["note"],
-                             heads=p["heads"]))
+                             heads=p["heads"], diverging=p["diverging"]))
         strip = v["strip"]  # (L, H, gh, gw)
         with _quiet():
             smax = np.nanmax(strip.reshape(*strip.shape[:2], -1), -1)  # (L, H)
@@ -364,7 +371,7 @@ class ExploreState:
         thumbs = np.where(np.isnan(strip), 255, np.clip(np.round(254 * strip / smax[..., None, None]), 0, 254))
         state = dict(
             image_id=v["image_id"], query=list(v["query"]), query_label=v["query_label"], layer=v["layer"],
-            head=v["head"], scale=v["scale"], panels=meta, ref_layers=v["ref_layers"], heads_at=v["heads_at"],
+            head=v["head"], scale=v["scale"], difference=self.selection.difference, panels=meta, ref_layers=v["ref_layers"], heads_at=v["heads_at"],
             strip=dict(label=v["strip_label"], image_id=v["strip_image_id"], shape=list(strip.shape),
                        layers=v["strip_layers"], layer=v["strip_layer"], heads=v["strip_heads"],
                        pruned=v["strip_pruned"].astype(int).tolist()),

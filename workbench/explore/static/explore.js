@@ -288,7 +288,7 @@ function render({ model, el: root }) {
     const ref = state.panels[0];
     const ibox = el("div", "wbx-panel");
     ibox.appendChild(el("div", "wbx-label", "image"));
-    ibox.appendChild(el("div", "wbx-sub", pixelsOf));
+    ibox.appendChild(el("div", "wbx-sub wbx-note", pixelsOf));
     const ic = document.createElement("canvas");
     ic.width = PANEL;
     ic.height = PANEL;
@@ -316,7 +316,7 @@ function render({ model, el: root }) {
         sub = `maps of ${p.image_id} are not drawn over ${pixelsOf}`;
         map = null;
       }
-      box.appendChild(el("div", wrong ? "wbx-sub wbx-bad" : "wbx-sub", sub));
+      box.appendChild(el("div", wrong ? "wbx-sub wbx-note wbx-bad" : "wbx-sub wbx-note", sub));
       const c = document.createElement("canvas");
       c.width = PANEL;
       c.height = PANEL;
