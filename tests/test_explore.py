@@ -568,3 +568,27 @@ def test_difference_view_is_the_students_share_minus_the_teachers(state):
         assert (maps[1] < 0).any() and (maps[1] > 0).any()
     finally:
         state.select(difference=False)
+
+
+def test_reverse_view_shows_which_queries_attend_to_the_key(vit, far_student, batch):
+    from workbench.analysis import get_extractor
+    from workbench.explore import build_state
+
+    st = build_state(vit, {"FAR": far_student}, SPEC)
+    st.select(image=1, query=(2, 5), layer=1, direction="key")
+    att = get_extractor("attention")(vit, batch.tensor)["attention"].values  # (sample, layer, head, query, key)
+    dep = get_extractor("dependency")(far_student, batch.tensor)["dependency"].values
+    k = _token(2, 5)
+    view = st.view()
+    teacher, far = view["panels"]
+    assert view["query_label"].startswith("key patch (2, 5)")
+    np.testing.assert_allclose(teacher["map"], att[1, 1, :, 1:, k].mean(0).reshape(7, 7), atol=1e-7)
+    np.testing.assert_allclose(teacher["prefix"], [att[1, 1, :, 0, k].mean()], atol=1e-7)  # the CLS query's value
+    assert np.isnan(far["map"]).all() and "every query's dependency" in far["note"]  # until the background is done
+    assert st.sources["FAR"].wait(120)
+    st._cache.clear()
+    far = st.view()["panels"][1]
+    want = dep[1, 1, :, 1:, k].mean(0).reshape(7, 7)
+    np.testing.assert_allclose(far["map"], want, rtol=1e-4, atol=1e-6 * np.abs(want).max())
+    st.select(direction="query")
+    np.testing.assert_allclose(st.view()["panels"][0]["map"], att[1, 1, :, k, 1:].mean(0).reshape(7, 7), atol=1e-7)

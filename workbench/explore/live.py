@@ -164,6 +164,22 @@ class LiveModel:
             return self.reader(image_id).rows(image_id, query)
         return self._dependency_rows(image_id, query)
 
+    def columns(self, image_id: str, key: Query) -> ModelRows:
+        """The reverse view (:meth:`DatasetReader.columns`). A lazy FAR needs every query of the image: until its
+        background work is done this says so (and starts it)."""
+        if self.kind != "dependency" or not self.per_query:
+            return self.reader(image_id).columns(image_id, key)
+        with self._lock:
+            full = self._readers.get(image_id)
+        if full is None:
+            if self.lazy and image_id not in self._jobs:
+                self._block_inputs(image_id)
+                self._pending.append(image_id)
+            raise ExploreError(f"{self.label!r}: the reverse view needs every query's dependency of this image"
+                               + (", being computed in the background; click again shortly" if self.lazy else
+                                  " (dependency='query' computes one query per click)"))
+        return full.columns(image_id, key)
+
     def _dependency_rows(self, image_id: str, query: Query) -> ModelRows:
         with self._lock:
             full = self._readers.get(image_id)

@@ -176,6 +176,10 @@ class DatasetReader:
         qk = ds["query_kind"].values.astype(str)
         qy, qx = ds["query_y"].values, ds["query_x"].values
         self.query_index = {(str(k), int(y), int(x)): i for i, (k, y, x) in enumerate(zip(qk, qy, qx))}
+        self.key_index = {(str(k), int(y), int(x)): i for i, (k, y, x) in enumerate(zip(kk, ky, kx))}
+        self.query_patches = np.flatnonzero(qk == "patch")  # the stored query rows that are patches, and where
+        self.query_patch_yx = (qy[self.query_patches].astype(int), qx[self.query_patches].astype(int))
+        self.query_prefix = [int(np.flatnonzero(qk == k)[0]) if (qk == k).any() else -1 for k in self.prefix_kinds]
         dims = ds[self.var].dims
         self.branches = "branch" in dims
         layers = ds["layer"].values.tolist()
@@ -232,6 +236,35 @@ class DatasetReader:
             outline[:, :, self.patch_yx[0], self.patch_yx[1]] = m[:, :, self.patch_keys]
         return ModelRows(self.label, image_id, maps, row[:, :, self.prefix_keys], row,
                          np.tile(np.array(cell), (n_l, 1)), outline)
+
+    def columns(self, image_id: str, key: Query) -> ModelRows:
+        """The reverse view: every stored query's value on the key token ``key`` (which queries attend to it), every
+        layer and head, placed on the query grid; ``prefix`` holds the prefix queries' values.
+
+        Raises:
+            ExploreError: Swin windows and CNN stage maps (no reverse view).
+        """
+        if self.kind in ("window_attention", "at_maps"):
+            raise ExploreError(f"{self.label!r}: no reverse view for {self.kind.replace('_', ' ')} (its keys are a "
+                               "window's or a stage's cells); switch back to queries")
+        s = self.sample_index(image_id)
+        if key[0] == "patch":
+            y, x = _cell(key[1], key[2], *self.grid)
+            k, cell = self.key_index[("patch", y, x)], (y, x)
+        else:
+            if (key[0], -1, -1) not in self.key_index:
+                raise ExploreError(f"{self.label!r} has no {key[0]!r} token")
+            k, cell = self.key_index[(key[0], -1, -1)], (-1, -1)
+        col = np.asarray(self.array(self.var)[s, ..., k], dtype=np.float32)  # (layer[, branch], head, Q)
+        col = col.reshape(-1, *col.shape[-2:])  # (layer·branch, head, Q)
+        n_l, n_h, _ = col.shape
+        gh, gw = self.grid
+        maps = np.full((n_l, n_h, gh, gw), np.nan, np.float32)
+        maps[:, :, self.query_patch_yx[0], self.query_patch_yx[1]] = col[:, :, self.query_patches]
+        prefix = np.stack([col[:, :, i] if i >= 0 else np.full((n_l, n_h), np.nan, np.float32)
+                           for i in self.query_prefix], -1) if self.query_prefix else np.zeros((n_l, n_h, 0), np.float32)
+        notes = [] if len(self.query_patches) == gh * gw else [f"{len(self.query_patches)} of {gh * gw} patch queries stored"]
+        return ModelRows(self.label, image_id, maps, prefix, col, np.tile(np.array(cell), (n_l, 1)), notes=notes)
 
     # ------------------------------------------------------------------ AttentionLite: CNN stage maps
     def _init_at(self) -> None:

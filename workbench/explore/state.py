@@ -59,6 +59,7 @@ class Selection:
     strip: str = ""  # the model whose layer x head thumbnails are shown ("" = the reference)
     exclude_query: bool | None = None  # leave the query's own token out of the colour range (None: for saliency maps)
     difference: bool = False  # students' panels show their share of the row minus the reference's
+    direction: Literal["query", "key"] = "query"  # the clicked token as the query (its row) or the key (its column)
 
 
 def normalise_rows(p: np.ndarray) -> np.ndarray:
@@ -189,6 +190,11 @@ class ExploreState:
                 if value not in self.sources:
                     raise _error(f"strip model {value!r} is not among {list(self.sources)}")
                 sel = replace(sel, strip=value)
+            elif key == "direction":
+                if value not in ("query", "key"):
+                    raise _error(f"direction is 'query' (what the token attends to) or 'key' (which queries attend to "
+                                 f"it), got {value!r}")
+                sel = replace(sel, direction=value)
             elif key == "difference":
                 sel = replace(sel, difference=bool(value))
             elif key == "exclude_query":
@@ -196,7 +202,7 @@ class ExploreState:
                     raise _error(f"exclude_query is True, False or None (on for saliency maps), got {value!r}")
                 sel = replace(sel, exclude_query=value)
             else:
-                raise _error(f"unknown selection {key!r}; use image, layer, head, query, scale, strip, exclude_query or difference")
+                raise _error(f"unknown selection {key!r}; use image, layer, head, query, scale, strip, exclude_query, difference or direction")
         if sel.head is not None:
             n = self.heads_at(sel.layer)
             if not 0 <= sel.head < n:
@@ -248,11 +254,18 @@ class ExploreState:
         """The model's rows for the (selected) image and query, cached; checked to belong to that image."""
         image_id = self.images.ids[self.selection.image if image is None else image]
         query = self.selection.query if query is None else query
-        key = (label, image_id, query)
+        direction = self.selection.direction
+        key = (label, image_id, query, direction)
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        rows = self.sources[label].rows(image_id, query)
+        src = self.sources[label]
+        if direction == "key":  # the reverse view: the clicked token's column
+            if not hasattr(src, "columns"):
+                raise _error(f"{label!r} has no reverse view")
+            rows = src.columns(image_id, query)
+        else:
+            rows = src.rows(image_id, query)
         if rows.image_id != image_id:
             raise _error(f"{label!r} returned maps of image {rows.image_id} for image {image_id}; refusing to draw them")
         self._cache[key] = rows
@@ -260,17 +273,33 @@ class ExploreState:
             self._cache.popitem(last=False)
         return rows
 
+    def _view_rows(self, label: str) -> ModelRows:
+        """:meth:`rows`; in the reverse view, a model without one gets empty rows with the reason as a note."""
+        try:
+            return self.rows(label)
+        except ExploreError as err:
+            if self.selection.direction != "key":
+                raise
+            return self._empty_rows(label, str(err))
+
+    def _empty_rows(self, label: str, note: str) -> ModelRows:
+        src = self.sources[label]
+        n_l, n_h, (gh, gw) = len(src.layer_labels), src.num_heads, src.grid
+        return ModelRows(label, self.image_id, np.full((n_l, n_h, gh, gw), np.nan, np.float32),
+                         np.full((n_l, n_h, len(src.prefix_kinds)), np.nan, np.float32), None,
+                         np.full((n_l, 2), -1), notes=[note])
+
     def agreement(self) -> dict[str, dict[str, np.ndarray]]:
         """Per student: ``js`` and ``topk`` per reference layer (rows averaged over the heads each layer has, pruned
         heads left out as in the panels) and ``js_head`` / ``topk_head`` (the selected head, where both models' layers
         have it); NaN where not comparable."""
-        ref = self.rows(self.reference)
+        ref = self._view_rows(self.reference)
         out = {}
         n_l = len(self.sources[self.reference].layer_labels)
         for label in self.sources:
             if label == self.reference:
                 continue
-            r = self.rows(label)
+            r = self._view_rows(label)
             res = {k: np.full(n_l, np.nan) for k in ("js", "topk", "js_head", "topk_head")}
             same_keys = _keys(self.sources[self.reference]) == _keys(self.sources[label])
             if same_keys and ref.tokens is not None and r.tokens is not None and ref.tokens.shape[-1] == r.tokens.shape[-1]:
@@ -303,9 +332,11 @@ class ExploreState:
         sel = self.selection
         panels = []
         for label, src in self.sources.items():
-            rows = self.rows(label)
+            rows = self._view_rows(label)
             l = self.model_layer(label)
             p = panel_map(rows, l, sel.head, src.layer_labels[l])
+            if rows.notes and sel.direction == "key":
+                p["note"] = "; ".join(rows.notes)
             panels.append(dict(label=label, measure=src.measure, units=src.units, layer=src.layer_labels[l],
                                image_id=rows.image_id, map=np.asarray(p["map"], np.float32),
                                prefix=np.asarray(p["prefix"], np.float32), prefix_kinds=list(src.prefix_kinds),
@@ -317,7 +348,7 @@ class ExploreState:
             ref_keys = _keys(self.sources[self.reference])
             differences(panels, [_keys(src) == ref_keys for src in self.sources.values()])
         colour_ranges(panels, sel.scale)
-        strip_rows = self.rows(sel.strip)
+        strip_rows = self._view_rows(sel.strip)
         agreement = self.agreement()
         for src in self.sources.values():  # the view is computed: background work may start (a live FAR's queries)
             if hasattr(src, "start_background"):
@@ -331,6 +362,8 @@ class ExploreState:
             qlabel = f"patch ({min(gh - 1, int(q[1] * gh))}, {min(gw - 1, int(q[2] * gw))})"
         else:
             qlabel = f"{q[0]} token"
+        if sel.direction == "key":
+            qlabel = f"key {qlabel} (which queries attend to it)"
         return dict(image=self.images.display[sel.image], image_id=self.image_id, query=q, query_label=qlabel,
                     layer=sel.layer, head=sel.head, scale=sel.scale, panels=panels, agreement=agreement,
                     ref_layers=list(ref.layer_labels), strip_label=sel.strip, strip=strip_rows.maps,

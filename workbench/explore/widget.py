@@ -73,6 +73,9 @@ class Explorer(widgets.VBox):
         self.diff_toggle = widgets.ToggleButtons(options=[("maps", False), ("student − teacher", True)], value=False,
                                                  description="panels", style={"button_width": "130px",
                                                                               "description_width": "80px"})
+        self.direction_toggle = widgets.ToggleButtons(options=[("query", "query"), ("key (reverse)", "key")],
+                                                      value="query", description="clicked as",
+                                                      style={"button_width": "110px", "description_width": "80px"})
         self.strip_menu = widgets.Dropdown(options=list(state.sources), value=state.reference, description="thumbnails", **wide)
         self.token_buttons = [widgets.Button(description=f"{k.upper()} token", layout=widgets.Layout(width="auto"))
                               for k in ref.prefix_kinds]
@@ -81,7 +84,7 @@ class Explorer(widgets.VBox):
         self.export_note = widgets.HTML("")
         for w, cls in ((self.image_slider, "image"), (self.layer_slider, "layer"), (self.head_menu, "head"),
                        (self.scale_toggle, "scale"), (self.self_menu, "self"), (self.strip_menu, "strip"),
-                       (self.diff_toggle, "difference")):
+                       (self.diff_toggle, "difference"), (self.direction_toggle, "direction")):
             w.add_class(f"wbx-control-{cls}")
         for kind, button in zip(ref.prefix_kinds, self.token_buttons):
             button.on_click(lambda _b, k=kind: self._apply(query=k))
@@ -92,13 +95,14 @@ class Explorer(widgets.VBox):
         for w, key, value in ((self.image_slider, "image", None), (self.layer_slider, "layer", None),
                               (self.head_menu, "head", None), (self.scale_toggle, "scale", None),
                               (self.self_menu, "exclude_query", SELF_SCALE), (self.strip_menu, "strip", None),
-                              (self.diff_toggle, "difference", None)):
+                              (self.diff_toggle, "difference", None), (self.direction_toggle, "direction", None)):
             w.observe(lambda c, k=key, m=value: self._from_control(k, c["new"] if m is None else m[c["new"]]), "value")
         self.view.observe(self._on_click, "click")
         self.view.observe(self._on_pick, "pick")
         wrap = widgets.Layout(flex_flow="row wrap")  # narrow outputs put controls on more rows, never cut them
         controls = widgets.VBox([widgets.HBox([self.image_slider, self.layer_slider, self.head_menu], layout=wrap),
-                                 widgets.HBox([self.scale_toggle, self.self_menu, self.diff_toggle], layout=wrap),
+                                 widgets.HBox([self.scale_toggle, self.self_menu], layout=wrap),
+                                 widgets.HBox([self.diff_toggle, self.direction_toggle], layout=wrap),
                                  widgets.HBox([self.strip_menu, *self.token_buttons, self.export_button,
                                                self.export_path, self.export_note], layout=wrap)])
         super().__init__([controls, self.view])
@@ -124,6 +128,7 @@ class Explorer(widgets.VBox):
             self.self_menu.value = next(k for k, v in SELF_SCALE.items() if v is sel.exclude_query)
             self.strip_menu.value = sel.strip
             self.diff_toggle.value = sel.difference
+            self.direction_toggle.value = sel.direction
         finally:
             self._syncing = False
 

@@ -236,14 +236,15 @@ function agreementChart(state) {
 }
 
 // the value under the pointer of a panel canvas
-function hoverReadout(canvas, readout, p, map) {
+function hoverReadout(canvas, readout, p, map, state) {
   canvas.addEventListener("mousemove", (ev) => {
     const r = canvas.getBoundingClientRect();
     const [gh, gw] = p.grid;
     const y = Math.min(gh - 1, Math.floor(((ev.clientY - r.top) / r.height) * gh));
     const x = Math.min(gw - 1, Math.floor(((ev.clientX - r.left) / r.width) * gw));
     const v = map ? map[y * gw + x] : NaN;
-    readout.textContent = `${p.label} · key (${y}, ${x}): ${fmt(v)} ${p.units || ""}`;
+    const what = state.query_label.startsWith("key ") ? "query" : "key";
+    readout.textContent = `${p.label} · ${what} (${y}, ${x}): ${fmt(v)} ${p.units || ""}`;
     readout.dataset.model = p.label;
     readout.dataset.value = Number.isNaN(v) ? "" : String(v);
   });
@@ -275,7 +276,7 @@ function render({ model, el: root }) {
     if (!state.panels) return;
     const head = state.head === null ? "mean over heads" : `head ${state.head}`;
     const title = el("div", "wbx-title");
-    title.appendChild(el("span", "wbx-query", `query: ${state.query_label}`));
+    title.appendChild(el("span", "wbx-query", state.query_label.startsWith("key ") ? state.query_label : `query: ${state.query_label}`));
     const idSpan = el("span", "wbx-image-id", state.image_id);
     title.appendChild(el("span", "", " · "));
     title.appendChild(idSpan);
@@ -328,7 +329,7 @@ function render({ model, el: root }) {
       drawPanel(c, base, map, p.grid, p.vmin ?? 0, p.vmax ?? 1, outline, p.cell, p.pruned,
         { diverging: p.diverging, cellSize: p.cell_size });
       c.addEventListener("click", (ev) => sendClick(c, ev));
-      hoverReadout(c, readout, p, map);
+      hoverReadout(c, readout, p, map, state);
       box.appendChild(c);
       const extras = [];
       if (p.prefix_kinds.length) extras.push(p.prefix_kinds.map((k, j) => `${k}: ${fmt(p.prefix[j])}`).join(" · "));
