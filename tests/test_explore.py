@@ -525,7 +525,7 @@ def test_slimswin_window_with_every_head_pruned_is_greyed_and_means_cover_its_he
     assert st.heads_at() == 6 and st.heads_at(0) == 3 and st.heads_at(4) == 12
     view = st.view()
     slim, teacher = view["panels"][1], view["panels"][0]
-    assert slim["pruned"] and "all 6 heads pruned" in slim["note"] and not teacher["pruned"]
+    assert slim["pruned"] and "all 6 heads pruned here" in slim["note"] and not teacher["pruned"]
     rows = st.rows("SlimSwin")
     np.testing.assert_allclose(slim["map"], rows.maps[2, :6].mean(0), rtol=1e-6)  # its 6 heads, not 12 slots
     assert np.isfinite(rows.maps[2, :6]).any() and np.isnan(rows.maps[2, 6:]).all()

@@ -46,7 +46,7 @@ def panel_map(rows: ModelRows, layer: int, head: int | None, layer_label: str) -
         pruned = bool(n and pruned_heads.all())
         note = ""
         if pruned:
-            note = f"all {n} heads pruned in this window (greyed: their mean)"
+            note = f"all {n} heads pruned here (greyed)"
         elif pruned_heads.any():
             note = f"mean over {int(keep.sum())} of {n} heads ({int(pruned_heads.sum())} pruned here)"
         return dict(map=m, prefix=pre, outline=outline, pruned=pruned, note=note)
