@@ -464,7 +464,7 @@ def test_state_changed_from_code_moves_every_control_and_the_pixels(vit, far_stu
     panel0 = np.frombuffer(w.view.panels, np.float16)[:49].astype(np.float32)
     np.testing.assert_allclose(panel0, st.rows("teacher", image=1).maps[2].mean(0).ravel(), rtol=1e-3)
     st.select(strip="FAR", head=3, scale="panel", exclude_query=False)
-    assert (w.strip_menu.value, w.head_menu.value, w.scale_toggle.value, w.self_menu.value) == ("FAR", 3, "panel", "included")
+    assert (w.strip_menu.value, w.head_menu.value, w.scale_toggle.value, w.self_menu.value) == ("FAR", 3, "panel", "in the scale")
     assert w.view.state["strip"]["label"] == "FAR"
     # a control moves the state (and the other controls stay as they are)
     w.layer_slider.value = 4

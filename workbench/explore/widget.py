@@ -46,7 +46,7 @@ class ExploreView(anywidget.AnyWidget):
 
 
 #: the colour-range choices for the query's own token (ExploreState's ``exclude_query``)
-SELF_SCALE = {"auto": None, "left out": True, "included": False}
+SELF_SCALE = {"auto (out for saliency)": None, "left out of scale": True, "in the scale": False}
 
 
 class Explorer(widgets.VBox):
@@ -65,17 +65,13 @@ class Explorer(widgets.VBox):
         self.image_slider = widgets.IntSlider(0, 0, max(0, n_img - 1), description="image", continuous_update=False, **wide)
         self.layer_slider = widgets.IntSlider(0, 0, max(0, n_layers - 1), description="layer", continuous_update=False, **wide)
         self.head_menu = widgets.Dropdown(options=self._head_options(), value="mean", description="head", **wide)
-        self.scale_toggle = widgets.ToggleButtons(options=[("shared", "shared"), ("per panel", "panel")],
-                                                  value="shared", description="colour scale",
-                                                  style={"button_width": "100px", "description_width": "80px"})
-        self.self_menu = widgets.Dropdown(options=list(SELF_SCALE), value="auto", description="query's own token",
-                                          layout=widgets.Layout(width="300px"), style={"description_width": "120px"})
-        self.diff_toggle = widgets.ToggleButtons(options=[("maps", False), ("student − teacher", True)], value=False,
-                                                 description="panels", style={"button_width": "130px",
-                                                                              "description_width": "80px"})
-        self.direction_toggle = widgets.ToggleButtons(options=[("query", "query"), ("key (reverse)", "key")],
-                                                      value="query", description="clicked as",
-                                                      style={"button_width": "110px", "description_width": "80px"})
+        self.scale_toggle = widgets.Dropdown(options=[("shared per unit", "shared"), ("per panel", "panel")],
+                                             value="shared", description="colour scale", **wide)
+        self.self_menu = widgets.Dropdown(options=list(SELF_SCALE), value=next(iter(SELF_SCALE)), description="own token", **wide)
+        self.diff_toggle = widgets.Dropdown(options=[("maps", False), ("student − teacher", True)], value=False,
+                                            description="panels", **wide)
+        self.direction_toggle = widgets.Dropdown(options=[("query (its row)", "query"), ("key (reverse view)", "key")],
+                                                 value="query", description="clicked as", **wide)
         self.strip_menu = widgets.Dropdown(options=list(state.sources), value=state.reference, description="thumbnails", **wide)
         self.token_buttons = [widgets.Button(description=f"{k.upper()} token", layout=widgets.Layout(width="auto"))
                               for k in ref.prefix_kinds]
@@ -101,9 +97,8 @@ class Explorer(widgets.VBox):
         self.view.observe(self._on_pick, "pick")
         wrap = widgets.Layout(flex_flow="row wrap")  # narrow outputs put controls on more rows, never cut them
         controls = widgets.VBox([widgets.HBox([self.image_slider, self.layer_slider, self.head_menu], layout=wrap),
-                                 widgets.HBox([self.scale_toggle, self.self_menu], layout=wrap),
-                                 widgets.HBox([self.diff_toggle, self.direction_toggle], layout=wrap),
-                                 widgets.HBox([self.strip_menu, *self.token_buttons, self.export_button,
+                                 widgets.HBox([self.scale_toggle, self.self_menu, self.diff_toggle], layout=wrap),
+                                 widgets.HBox([self.direction_toggle, self.strip_menu, *self.token_buttons, self.export_button,
                                                self.export_path, self.export_note], layout=wrap)])
         super().__init__([controls, self.view])
         self._unobserve = state.observe(lambda _s, changed: self._follow(changed))
