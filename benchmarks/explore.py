@@ -22,18 +22,19 @@ Usage: PYTHONPATH=. python benchmarks/explore.py [--sizes 224 384] [--clicks 20]
 Timings are one run on whatever machine this is: on the shared 2-core development VM they are taken under load from
 other jobs (the load average is printed).
 
-Measured (one run, 2-core development VM under load, load average 12-19, one thread; 20 later clicks):
+Measured (2-core development VM shared with seven other jobs, load average 16-40, one thread; two copies of this
+script ran at once for most of it, so wall times are several times the CPU times; 20 later clicks):
 
-    tokens  source             open/build s first click s later median ms later max ms KB per click
-       197  live                      22.74        27.325            15.8         24.0         19.4
-       197  stores (118 MiB)           0.67         0.013            16.9         29.2         19.4
-       577  live                     243.21       167.572            12.7         25.5         50.6
-       577  stores (977 MiB)           0.70         0.024            22.2         36.3         50.6
+    tokens  source             open/build s first click s (CPU s) during bg s bg done s later median ms later max ms KB per click
+       197  live                      14.79        10.045    1.18        2.05     106.2            24.0         71.1         19.8
+       197  stores (118 MiB)           1.85         0.034       -           -         -            26.0         93.7         19.8
+       577  live                      38.59        32.013    7.53        2.29    1669.5            31.9        107.8         50.9
 
-Later clicks and bytes meet the targets everywhere. A live first click on a new image is dominated by FAR: its
-gradient-saliency dependency of every query of the image (the factored Jacobian, all queries at once); the attention
-students and the teacher need one hooked forward each (under a second at 197 tokens). Stores move that cost to
-`workbench analyze`.
+``--first-click-only`` alone (load average 16-17): 197 tokens 2.84 s (1.19 s CPU), 577 tokens 15.9 s (7.41 s CPU).
+Per model at 577 tokens (CPU): teacher 0.47 s, FAR 0.83 s (its forward and the clicked query's rows), Non-deep
+0.51 s, Sparsifiner 5.2 s — the ``sparse_attention`` extractor's own-mass summary (``mass_agreement``: an argsort of
+every row) is most of that and the explorer does not show it. Before the lazy FAR the first click was 27 s at 197
+tokens and 168 s at 577 (every query's FAR dependency up front). Later clicks and bytes meet the targets everywhere.
 """
 
 from __future__ import annotations
@@ -120,6 +121,8 @@ def main() -> None:
     ap.add_argument("--images", default="skimage:astronaut,chelsea")
     ap.add_argument("--clicks", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--first-click-only", action="store_true",
+                    help="live models only: the first click and clicks during the background, then the next size")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -142,6 +145,12 @@ def main() -> None:
         t0 = time.perf_counter()
         first, first_cpu = first_click(state, 1)  # FAR: the clicked query's rows; every query's starts in the background
         during, _ = clicks(state, 3, rng)  # clicks on other patches while the background runs
+        if args.first_click_only:
+            print(f"{tokens:>6}  live first click {first:.3f} s ({first_cpu:.2f} s CPU), clicks during the background "
+                  f"{statistics.median(during):.2f} s median; load average {os.getloadavg()[0]:.2f}", flush=True)
+            for job in far_src._jobs.values():
+                job.cancel()
+            continue
         far_src.wait()
         background = time.perf_counter() - t0
         later, sizes = clicks(state, args.clicks, rng)
