@@ -107,20 +107,58 @@ def test_attention_rows_equal_the_extractor_and_softmax_qk(state, vit, batch, qu
         np.testing.assert_array_equal(rows.prefix[..., 0], rows.tokens[..., 0])
 
 
-@pytest.mark.parametrize("mode", ["image", "query"])
+@pytest.mark.parametrize("mode", ["lazy", "image", "query"])
 def test_far_rows_equal_the_dependency_extractor(vit, far_student, batch, mode):
     from workbench.analysis import get_extractor
     from workbench.explore.build import build_state
     from workbench.explore.live import LiveModel
 
     st = build_state(vit, {"FAR": far_student}, SPEC)
-    st.sources["FAR"] = LiveModel("FAR", far_student, batch.tensor, st.images.ids, dependency=mode)
+    st.sources["FAR"] = src = LiveModel("FAR", far_student, batch.tensor, st.images.ids, dependency=mode)
     ref = get_extractor("dependency")(far_student, batch.tensor, queries=[0, _token(3, 1)])
     for image in (0, 2):
         for i, query in enumerate(["cls", (3, 1)]):
             rows = st.rows("FAR", image=image, query=st.query_token(query))
             want = ref["dependency"].values[image, :, :, i, :]
             np.testing.assert_allclose(rows.tokens, want, rtol=1e-4, atol=1e-6 * float(np.abs(want).max()))
+    if mode == "lazy":  # every query of both images is computed in the background: later rows are sliced from it
+        assert not src._jobs  # not before the view that asked is answered (ExploreState.view starts it)
+        src.start_background()
+        assert src.wait(120)
+        assert set(src._readers) == {st.images.ids[0], st.images.ids[2]}
+        for image in (0, 2):
+            full = src.rows(st.images.ids[image], st.query_token((3, 1)))
+            want = ref["dependency"].values[image, :, :, 1, :]
+            np.testing.assert_allclose(full.tokens, want, rtol=1e-4, atol=1e-6 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("shrunk", [False, True])
+def test_far_query_rows_equal_autograd_jacobian(far_student, batch, shrunk):
+    """The clicked query's rows (one adjoint recurrence for every layer and head) against
+    torch.autograd.functional.jacobian of the substitute's own forward_heads, per block and head."""
+    from methods.far.hoyer import kept_masks, shrink
+    from methods.hooks import run_with_cache
+    from workbench.explore.lazy import query_rows
+
+    model = far_student
+    if shrunk:  # heads and directions of different unit counts (one LSTM with none): several adjoint groups
+        gen = torch.Generator().manual_seed(9)
+        keep = kept_masks(model) & (torch.rand(kept_masks(model).shape, generator=gen) > 0.4)
+        keep[0, 0, 1] = False
+        model = shrink(model, keep).eval()
+    x = batch.tensor[1:2]
+    _, cache = run_with_cache(model, x, names="blocks.*.hook_mixer_in")
+    inputs = [cache[f"blocks.{l}.hook_mixer_in"] for l in range(len(model.blocks))]
+    t_len = inputs[0].shape[1]
+    for q in (0, _token(2, 3), t_len - 1):
+        rows = query_rows(model.blocks, inputs, q)  # (layer, head, T)
+        for l, block in enumerate(model.blocks):
+            u = inputs[l].detach().double()
+            attn = block.attn.double()
+            jac = torch.autograd.functional.jacobian(lambda v: attn.forward_heads(v)[0, q].sum(-1), u)  # (N, 1, T, D)
+            block.attn.float()
+            want = jac[:, 0].norm(dim=-1).numpy()  # (N, T)
+            np.testing.assert_allclose(rows[l], want, rtol=1e-3, atol=1e-5 * float(np.abs(want).max()))
 
 
 def test_sparsifiner_outline_is_the_kept_keys(state, sparse_student, batch):
@@ -240,7 +278,22 @@ def test_payload_holds_the_current_view_only(state):
     panel0 = np.frombuffer(buffers["panels"], np.float16)[:49].astype(np.float32)
     rows = state.rows("teacher")
     np.testing.assert_allclose(panel0, rows.maps[2].mean(0).ravel(), rtol=1e-3)
-    assert far["vmax"] == pytest.approx(float(np.nanmax(state.rows("FAR").maps[2].mean(0))), rel=1e-6)
+    far_map = state.rows("FAR").maps[2].mean(0)  # (7, 7)
+    others = np.delete(far_map.ravel(), 1 * 7 + 1)  # every key but the query's own (1, 1)
+    # saliency maps leave the query's own token out of the colour range by default; it is reported beside
+    assert far["exclude_query"] and not teacher["exclude_query"]
+    assert far["vmax"] == pytest.approx(float(others.max()), rel=1e-6)
+    assert far["self_value"] == pytest.approx(float(far_map[1, 1]), rel=1e-6)
+    assert all(p["image_id"] == meta["image_id"] == state.image_id for p in meta["panels"])
+    state.select(exclude_query=False)
+    meta, _ = state.payload()
+    assert meta["panels"][1]["vmax"] == pytest.approx(float(far_map.max()), rel=1e-6)
+    state.select(exclude_query=True)  # now the teacher's own token leaves its range too
+    meta, _ = state.payload()
+    att = np.delete(rows.maps[2].mean(0).ravel(), 8)
+    spa = np.delete(state.rows("Sparsifiner").maps[2].mean(0).ravel(), 8)
+    assert meta["panels"][0]["vmax"] == pytest.approx(float(max(att.max(), spa.max())), rel=1e-6)
+    state.select(exclude_query=None)
 
 
 # ------------------------------------------------------------------------------------------ bad input
@@ -387,3 +440,155 @@ def test_import_workbench_stays_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr
+
+
+# ------------------------------------------------------------------------------ one source of truth
+def test_state_changed_from_code_moves_every_control_and_the_pixels(vit, far_student):
+    """The notebook's calls: select from code, then a click; the controls, the pixels and every map follow the state."""
+    from workbench.explore import build_state
+    from workbench.explore.widget import Explorer
+
+    st = build_state(vit, {"FAR": far_student}, SPEC)
+    w = Explorer(st)
+    pixels = lambda: np.frombuffer(w.view.image, np.uint8).reshape(w.view.image_shape)  # noqa: E731
+    want = lambda i: np.clip(np.round(st.images.display[i] * 255), 0, 255).astype(np.uint8)  # noqa: E731
+    np.testing.assert_array_equal(pixels(), want(0))
+    st.select(image=1, query=(3, 4), layer=2)
+    assert (w.image_slider.value, w.layer_slider.value) == (1, 2)
+    assert w.view.image_id == w.view.state["image_id"] == st.images.ids[1]
+    np.testing.assert_array_equal(pixels(), want(1))  # the pixels are image 1's, sent with its maps
+    w.view.click = [0.05, 0.05, 1]  # then a click: still image 1, every panel's maps computed on it
+    assert w.view.state["query_label"] == "patch (0, 0)" and w.image_slider.value == 1
+    assert [p["image_id"] for p in w.view.state["panels"]] == [st.images.ids[1]] * 2
+    np.testing.assert_array_equal(pixels(), want(1))
+    panel0 = np.frombuffer(w.view.panels, np.float16)[:49].astype(np.float32)
+    np.testing.assert_allclose(panel0, st.rows("teacher", image=1).maps[2].mean(0).ravel(), rtol=1e-3)
+    st.select(strip="FAR", head=3, scale="panel", exclude_query=False)
+    assert (w.strip_menu.value, w.head_menu.value, w.scale_toggle.value, w.self_menu.value) == ("FAR", 3, "panel", "in the scale")
+    assert w.view.state["strip"]["label"] == "FAR"
+    # a control moves the state (and the other controls stay as they are)
+    w.layer_slider.value = 4
+    w.image_slider.value = 2
+    assert (st.selection.layer, st.selection.image, w.view.image_id) == (4, 2, st.images.ids[2])
+    np.testing.assert_array_equal(pixels(), want(2))
+    # a thumbnail click selects its layer and head
+    w.view.pick = [5, 1, 1]
+    assert (st.selection.layer, st.selection.head, w.layer_slider.value, w.head_menu.value) == (5, 1, 5, 1)
+    # a bad value from code changes nothing
+    with pytest.raises(Exception, match="head 9 out of range"):
+        st.select(head=9)
+    assert w.head_menu.value == 1 and st.selection.head == 1
+
+
+def test_agreement_follows_the_selected_head(state):
+    state.select(query=(2, 2), head=None, layer=0)
+    mean = {k: v["js"].copy() for k, v in state.agreement().items()}
+    state.select(head=1)
+    ag = state.agreement()
+    for label in ("FAR", "Sparsifiner"):
+        t = normalise_rows_of(state.rows("teacher").tokens[:, 1])
+        s = normalise_rows_of(state.rows(label).tokens[:, 1])
+        from workbench.explore.state import row_js
+
+        np.testing.assert_allclose(ag[label]["js_head"], row_js(t, s), atol=1e-12)
+        assert not np.allclose(ag[label]["js_head"], mean[label])
+    state.select(head=None)
+
+
+def normalise_rows_of(p):
+    p = np.asarray(p, np.float64)
+    with np.errstate(invalid="ignore"):
+        return p / p.sum(-1, keepdims=True)  # an all-zero row (a Sparsifiner head keeping no key): NaN
+
+
+@pytest.fixture(scope="module")
+def slim_all_pruned():
+    """A gated demo Swin whose layer-2 window 0 has all 6 heads pruned, layer-0 window 0 two of its 3."""
+    import methods.slimswin as ss
+    from workbench.models import create_model
+
+    torch.manual_seed(4)
+    model = ss.add_gates(create_model("swin_demo")).eval()
+    masks = [m.clone() for m in ss.get_masks(model)]
+    masks[2][0, :] = False
+    masks[0][0, :2] = False
+    ss.set_mask(model, masks)
+    return model
+
+
+def test_slimswin_window_with_every_head_pruned_is_greyed_and_means_cover_its_heads(slim_all_pruned):
+    from workbench.explore import build_state
+    from workbench.models import create_model
+
+    st = build_state(create_model("swin_demo").eval(), {"SlimSwin": slim_all_pruned}, "demo:val[:1]")
+    st.select(query=(0, 0), layer=2, strip="SlimSwin")  # window 0 of every layer holds the top-left token
+    assert st.heads_at() == 6 and st.heads_at(0) == 3 and st.heads_at(4) == 12
+    view = st.view()
+    slim, teacher = view["panels"][1], view["panels"][0]
+    assert slim["pruned"] and "all 6 heads pruned here" in slim["note"] and not teacher["pruned"]
+    rows = st.rows("SlimSwin")
+    np.testing.assert_allclose(slim["map"], rows.maps[2, :6].mean(0), rtol=1e-6)  # its 6 heads, not 12 slots
+    assert np.isfinite(rows.maps[2, :6]).any() and np.isnan(rows.maps[2, 6:]).all()
+    np.testing.assert_allclose(teacher["map"], st.rows("teacher").maps[2, :6].mean(0), rtol=1e-6)
+    assert view["strip_heads"] == [3, 3, 6, 6, 12, 12] and view["strip_pruned"][2, :6].all()
+    # layer 0: two of three heads pruned in this window: the mean is the one head left
+    st.select(layer=0)
+    slim = st.view()["panels"][1]
+    assert not slim["pruned"] and "mean over 1 of 3 heads (2 pruned here)" in slim["note"]
+    np.testing.assert_allclose(slim["map"], rows.maps[0, 2], rtol=1e-6)
+    # the head menu offers the heads the layer has; a deeper layer keeps a head it has, a shallower one returns to the mean
+    from workbench.explore.widget import Explorer
+
+    w = Explorer(st)
+    assert [v for _, v in w.head_menu.options] == ["mean", 0, 1, 2]
+    st.select(layer=4, head=9)
+    assert [v for _, v in w.head_menu.options][-1] == 11 and w.head_menu.value == 9
+    st.select(layer=1)
+    assert st.selection.head is None and w.head_menu.value == "mean"
+    with pytest.raises(Exception, match="head 3 out of range: layer 1 has at most 3 heads"):
+        st.select(head=3)
+
+
+def test_difference_view_is_the_students_share_minus_the_teachers(state):
+    state.select(query=(4, 2), layer=3, head=None, difference=True)
+    try:
+        meta, buffers = state.payload()
+        maps = np.frombuffer(buffers["panels"], np.float16).astype(np.float32).reshape(3, 7, 7)
+        share = {}
+        for label in ("teacher", "FAR", "Sparsifiner"):
+            row = state.rows(label).tokens[3].astype(np.float64).mean(0)  # (T,): head mean, CLS first
+            with np.errstate(invalid="ignore"):  # a Sparsifiner row that kept no key: NaN, as the view has it
+                share[label] = (row / row.sum())[1:].reshape(7, 7)
+        np.testing.assert_allclose(maps[0], state.rows("teacher").maps[3].mean(0), rtol=1e-3)  # the reference as is
+        for i, label in ((1, "FAR"), (2, "Sparsifiner")):
+            want = share[label] - share["teacher"]
+            np.testing.assert_allclose(maps[i], want, atol=2e-3 * np.abs(want).max())
+            p = meta["panels"][i]
+            assert p["diverging"] and p["vmin"] == -p["vmax"] and "teacher" in p["units"]
+        assert (maps[1] < 0).any() and (maps[1] > 0).any()
+    finally:
+        state.select(difference=False)
+
+
+def test_reverse_view_shows_which_queries_attend_to_the_key(vit, far_student, batch):
+    from workbench.analysis import get_extractor
+    from workbench.explore import build_state
+
+    st = build_state(vit, {"FAR": far_student}, SPEC)
+    st.select(image=1, query=(2, 5), layer=1, direction="key")
+    att = get_extractor("attention")(vit, batch.tensor)["attention"].values  # (sample, layer, head, query, key)
+    dep = get_extractor("dependency")(far_student, batch.tensor)["dependency"].values
+    k = _token(2, 5)
+    view = st.view()
+    teacher, far = view["panels"]
+    assert view["query_label"].startswith("key patch (2, 5)")
+    np.testing.assert_allclose(teacher["map"], att[1, 1, :, 1:, k].mean(0).reshape(7, 7), atol=1e-7)
+    np.testing.assert_allclose(teacher["prefix"], [att[1, 1, :, 0, k].mean()], atol=1e-7)  # the CLS query's value
+    assert np.isnan(far["map"]).all() and "every query's dependency" in far["note"]  # until the background is done
+    assert st.sources["FAR"].wait(120)
+    st._cache.clear()
+    far = st.view()["panels"][1]
+    want = dep[1, 1, :, 1:, k].mean(0).reshape(7, 7)
+    np.testing.assert_allclose(far["map"], want, rtol=1e-4, atol=1e-6 * np.abs(want).max())
+    st.select(direction="query")
+    np.testing.assert_allclose(st.view()["panels"][0]["map"], att[1, 1, :, k, 1:].mean(0).reshape(7, 7), atol=1e-7)

@@ -18,6 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -39,8 +40,26 @@ CELLS = [
     "w = explore(teacher, students, images='demo:val[::400]')\nw",
 ]
 
+# notebooks/07_explore.ipynb's calls on demo models: the widget, a selection from code, then (in the test) a click;
+# and a SlimSwin beside its Swin with the thumbnails' model selected from code before the widget is shown
+NOTEBOOK_CELLS = CELLS + ["w.state.select(image=1, query=(3, 4), layer=2, head=None)"]
+SLIM_CELLS = [
+    "import torch\n"
+    "from workbench.explore import explore\n"
+    "from workbench.models import create_model\n"
+    "import methods.slimswin as ss\n"
+    "torch.manual_seed(4)\n"
+    "slim = ss.add_gates(create_model('swin_demo')).eval()\n"
+    "masks = [m.clone() for m in ss.get_masks(slim)]\n"
+    "masks[2][0, :] = False  # every head of layer 2's window 0 (the top-left one) pruned\n"
+    "ss.set_mask(slim, masks)\n"
+    "ws = explore(create_model('swin_demo').eval(), {'SlimSwin': slim}, images='demo:val[:2]')\n"
+    "ws.state.select(strip='SlimSwin', query=(1, 1), layer=2)\n"
+    "ws",
+]
+
 # the panels' pixels: a checksum over every panel canvas
-PIXELS = """() => Array.from(document.querySelectorAll('canvas.wbx-canvas')).map(c => {
+PIXELS = """() => Array.from(document.querySelectorAll('canvas.wbx-map')).map(c => {
   const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
   let s = 0; for (let i = 0; i < d.length; i += 1) s = (s * 31 + d[i]) % 1000000007; return s; })"""
 
@@ -51,11 +70,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _notebook(path: Path) -> None:
+def _notebook(path: Path, cells: list[str]) -> None:
     import nbformat
 
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(c) for c in CELLS]
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
 
@@ -66,7 +85,9 @@ def lab(tmp_path, workbench_home):
     if not CHROMIUM.exists():
         pytest.skip("no Chromium at /usr/bin/chromium (install Debian's: apt-get install -y chromium; .ci/run does)")
     pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[dev]')")
-    _notebook(tmp_path / "explore.ipynb")
+    _notebook(tmp_path / "explore.ipynb", CELLS)
+    _notebook(tmp_path / "walkthrough.ipynb", NOTEBOOK_CELLS)
+    _notebook(tmp_path / "slimswin.ipynb", SLIM_CELLS)
     port, token = _free_port(), secrets.token_hex(16)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "WORKBENCH_HOME": str(workbench_home), "MPLBACKEND": "Agg", "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
@@ -100,35 +121,47 @@ def lab(tmp_path, workbench_home):
         log.close()
 
 
+def _shots(tmp_path: Path) -> Path:
+    """Where screenshots go: ``EXPLORE_SCREENSHOTS`` (a folder), else the test's temporary directory."""
+    folder = Path(os.environ.get("EXPLORE_SCREENSHOTS", tmp_path))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _open(pw, url: str, token: str, notebook: str, cells: list[str], shots: Path, width: int = 1400):
+    """Open ``notebook`` in JupyterLab in Chromium, run its cells, wait for the widgets; returns (browser, page, console)."""
+    browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=FLAGS)
+    page = browser.new_page(viewport={"width": width, "height": 1300})
+    console: list[str] = []
+    page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+    page.goto(f"{url}/lab/tree/{notebook}?token={token}", timeout=120_000)
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+    page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=120_000)  # the kernel is up
+    page.locator(".jp-Cell .jp-InputArea-editor").first.click()
+    page.keyboard.press("Escape")  # command mode: Shift+Enter runs a cell and selects the next
+    for _ in cells:
+        page.keyboard.press("Shift+Enter")
+    try:
+        page.wait_for_selector("canvas.wbx-map", timeout=int(os.environ.get("EXPLORE_RENDER_TIMEOUT_MS", 240_000)))
+    except Exception:
+        page.screenshot(path=str(shots / f"{notebook}-failure.png"))
+        browser.close()
+        raise AssertionError("the widget never rendered; browser console:\n" + "\n".join(console[-30:])) from None
+    return browser, page, console
+
+
 def test_click_a_patch_in_jupyterlab(lab, tmp_path):
     from playwright.sync_api import sync_playwright
 
     url, token = lab
-    shot = Path(os.environ.get("EXPLORE_SCREENSHOT", tmp_path / "explore.png"))
+    shot = Path(os.environ.get("EXPLORE_SCREENSHOT", _shots(tmp_path) / "explore.png"))
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=FLAGS)
+        browser, page, _ = _open(pw, url, token, "explore.ipynb", CELLS, shot.parent)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1300})
-            console: list[str] = []
-            page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
-            page.goto(f"{url}/lab/tree/explore.ipynb?token={token}", timeout=120_000)
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-            page.wait_for_function("() => document.querySelector('.jp-Notebook-ExecutionIndicator') !== null "
-                                   "|| document.querySelector('.jp-Toolbar') !== null", timeout=60_000)
-            page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=120_000)  # the kernel is up
-            page.locator(".jp-Cell .jp-InputArea-editor").first.click()
-            page.keyboard.press("Escape")  # command mode: Shift+Enter runs a cell and selects the next
-            for _ in CELLS:
-                page.keyboard.press("Shift+Enter")
-            try:
-                page.wait_for_selector("canvas.wbx-canvas", timeout=int(os.environ.get("EXPLORE_RENDER_TIMEOUT_MS", 240_000)))
-            except Exception:
-                page.screenshot(path=str(shot.with_name("explore-failure.png")))
-                raise AssertionError("the widget never rendered; browser console:\n" + "\n".join(console[-30:])) from None
-            page.wait_for_function("() => document.querySelectorAll('canvas.wbx-canvas').length === 3", timeout=60_000)
+            page.wait_for_function("() => document.querySelectorAll('canvas.wbx-map').length === 3", timeout=60_000)
             query = page.locator(".wbx-query").inner_text()
             before = page.evaluate(PIXELS)
-            teacher = page.locator("canvas.wbx-canvas[data-model='teacher']")
+            teacher = page.locator("canvas.wbx-map[data-model='teacher']")
             box = teacher.bounding_box()
             # the top-left patch (the default query is the centre one)
             page.mouse.click(box["x"] + 0.08 * box["width"], box["y"] + 0.08 * box["height"])
@@ -144,3 +177,115 @@ def test_click_a_patch_in_jupyterlab(lab, tmp_path):
     assert len(before) == len(after) == 3
     assert all(b != a for b, a in zip(before, after)), (before, after)  # every panel redrawn for the new query
     assert shot.stat().st_size > 10_000
+
+
+# what the page shows: the controls' values, the title's image id, and per canvas the image id of its pixels and of
+# its map, and the image panel's grey levels at the centres of the 7 x 7 patch cells
+SHOWN = """() => {
+  const text = (sel) => { const e = document.querySelector(sel); return e ? e.innerText.trim() : null; };
+  const option = (sel) => { const e = document.querySelector(sel); return e ? e.selectedOptions[0].textContent.replace(/\u00a0/g, ' ') : null; };
+  const img = document.querySelector('canvas.wbx-image');
+  const d = img.getContext('2d').getImageData(0, 0, img.width, img.height).data;
+  const grey = [];
+  for (let y = 0; y < 7; y++) for (let x = 0; x < 7; x++) {
+    const py = Math.floor((y + 0.5) * img.height / 7), px = Math.floor((x + 0.5) * img.width / 7);
+    grey.push(d[4 * (py * img.width + px)]);
+  }
+  return {
+    image: text('.wbx-control-image .widget-readout'), layer: text('.wbx-control-layer .widget-readout'),
+    head: option('.wbx-control-head select'), strip: option('.wbx-control-strip select'),
+    title_id: text('.wbx-image-id'), query: text('.wbx-query'),
+    canvases: Array.from(document.querySelectorAll('canvas.wbx-canvas')).map(c => [c.dataset.model || 'image', c.dataset.imageId, c.dataset.mapImageId]),
+    subs: Array.from(document.querySelectorAll('.wbx-panel .wbx-sub')).map(e => e.innerText),
+    tops: Array.from(document.querySelectorAll('canvas.wbx-canvas')).map(c => Math.round(c.getBoundingClientRect().top)),
+    slider_width: document.querySelector('.wbx-control-image').getBoundingClientRect().width,
+    grey };
+}"""
+
+
+def _expected(spec: str, image: int) -> tuple[str, np.ndarray]:
+    """The id of image ``image`` of ``spec`` and its grey levels at the 7 x 7 cell centres (28 x 28 demo digits: the
+    canvas pixel at a cell's centre shows image pixel 2 + 4 · cell)."""
+    from workbench.data import load_images
+
+    batch = load_images(spec, input_size=(1, 28, 28))
+    return f"demo:val[{int(batch.source.indices[image])}]", np.round(batch.display[image][2::4, 2::4] * 255)
+
+
+def _check_one_image(shown: dict, image_id: str, grey: np.ndarray) -> None:
+    assert shown["title_id"] == image_id, shown
+    assert len(shown["canvases"]) == 4  # the image and three models
+    for label, pixels_of, map_of in shown["canvases"]:
+        assert pixels_of == map_of == image_id, (label, pixels_of, map_of, image_id)
+    assert not any("not drawn over" in s for s in shown["subs"]), shown["subs"]
+    np.testing.assert_allclose(np.array(shown["grey"], float).reshape(7, 7), grey, atol=1)  # the pixels are that image's
+
+
+def test_notebook_walkthrough_keeps_controls_pixels_and_maps_on_one_image(lab, tmp_path):
+    """notebooks/07_explore.ipynb's calls: the widget, ``w.state.select(image=1, query=(3, 4), layer=2)`` from code,
+    then a click: the sliders, the title, the pixels and every panel's map are image 1's, at a width of 1100 px."""
+    from playwright.sync_api import sync_playwright
+
+    url, token = lab
+    shots = _shots(tmp_path)
+    spec = "demo:val[::400]"
+    id0, grey0 = _expected(spec, 0)
+    id1, grey1 = _expected(spec, 1)
+    assert id0 != id1 and not np.allclose(grey0, grey1)
+    with sync_playwright() as pw:
+        browser, page, console = _open(pw, url, token, "walkthrough.ipynb", NOTEBOOK_CELLS, shots, width=1100)
+        try:
+            page.wait_for_function("() => document.querySelector('.wbx-query') && "
+                                   "document.querySelector('.wbx-query').innerText === 'query: patch (3, 4)'",
+                                   timeout=120_000)
+            selected = page.evaluate(SHOWN)
+            page.locator(".jp-OutputArea-output:has(.wbx)").first.screenshot(path=str(shots / "walkthrough-selected.png"))
+            far = page.locator("canvas.wbx-map[data-model='FAR']").bounding_box()
+            page.mouse.click(far["x"] + (5.5 / 7) * far["width"], far["y"] + (1.5 / 7) * far["height"])  # patch (1, 5)
+            page.wait_for_function("() => document.querySelector('.wbx-query').innerText === 'query: patch (1, 5)'",
+                                   timeout=60_000)
+            page.mouse.move(far["x"] + 0.5 * far["width"], far["y"] + 0.5 * far["height"])  # the value read-out
+            clicked = page.evaluate(SHOWN)
+            readout = page.locator(".wbx-readout").inner_text()
+            page.locator(".jp-OutputArea-output:has(.wbx)").first.screenshot(path=str(shots / "walkthrough-clicked.png"))
+        finally:
+            browser.close()
+    for shown in (selected, clicked):
+        assert (shown["image"], shown["layer"], shown["head"]) == ("1", "2", "mean over heads"), shown
+        _check_one_image(shown, id1, grey1)
+        assert len(set(shown["tops"])) == 1, shown["tops"]  # one row of panels at 1100 px
+        assert shown["slider_width"] >= 250, shown["slider_width"]
+    assert selected["query"] == "query: patch (3, 4)" and clicked["query"] == "query: patch (1, 5)"
+    assert readout.startswith("FAR · key (3, 3): ") and "gradient" in readout, readout
+
+
+def test_slimswin_window_with_every_head_pruned_is_greyed(lab, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    url, token = lab
+    shots = _shots(tmp_path)
+    saturation = """(model) => { const c = document.querySelector(`canvas.wbx-map[data-model='${model}']`);
+      const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let s = 0;
+      for (let i = 0; i < d.length; i += 4) s += Math.max(d[i], d[i+1], d[i+2]) - Math.min(d[i], d[i+1], d[i+2]);
+      return [c.dataset.pruned, s / (d.length / 4)]; }"""
+    with sync_playwright() as pw:
+        browser, page, _ = _open(pw, url, token, "slimswin.ipynb", SLIM_CELLS, shots)
+        try:
+            page.wait_for_function("() => document.querySelectorAll('canvas.wbx-map').length === 2", timeout=60_000)
+            strip = page.evaluate("() => document.querySelector('.wbx-control-strip select').selectedOptions[0].textContent.replace(/\u00a0/g, ' ')")
+            head_options = page.evaluate("() => Array.from(document.querySelector('.wbx-control-head select').options).map(o => o.textContent.replace(/\u00a0/g, ' '))")
+            slim, teacher = page.evaluate(saturation, "SlimSwin"), page.evaluate(saturation, "teacher")
+            thumbs = page.evaluate("""() => Array.from(document.querySelectorAll('canvas.wbx-thumb')).map(
+                c => [Number(c.dataset.layer), Number(c.dataset.head), c.dataset.pruned])""")
+            sub = page.locator("canvas.wbx-map[data-model='SlimSwin']").locator("xpath=..").inner_text()
+            page.locator(".jp-OutputArea-output:has(.wbx)").first.screenshot(path=str(shots / "slimswin-pruned.png"))
+        finally:
+            browser.close()
+    assert strip == "SlimSwin"  # selected from code before the widget was shown
+    assert head_options == ["mean over heads"] + [f"head {h}" for h in range(6)]  # layer 2 has 6 heads
+    assert slim[0] == "1" and teacher[0] == "0"
+    assert slim[1] < 0.3 * teacher[1], (slim, teacher)  # greyed: little colour left
+    assert "all 6 heads pruned" in sub, sub
+    per_layer = {l: sorted(h for ll, h, _ in thumbs if ll == l) for l in range(6)}
+    assert per_layer == {l: list(range(n)) for l, n in enumerate([3, 3, 6, 6, 12, 12])}  # no thumbnails of absent heads
+    assert all(p == "1" for l, _, p in thumbs if l == 2)

@@ -4,12 +4,12 @@ For a model with attention (teacher ViT / DeiT, Sparsifiner, Non-deep, Swin / Sl
 click runs the matching extractor of :mod:`workbench.analysis` once (one hooked forward pass: every layer's
 probabilities for every query), and every later click on that image reads rows from it
 (:class:`~workbench.explore.rows.DatasetReader`, the same code that reads stores). For FAR, which has no
-attention, the image's first click runs the ``dependency`` extractor for every query at once (its factored
-Jacobian runs the LSTM adjoint for all queries together: for a DeiT-S-sized FAR at 197 tokens all 197 queries
-cost about twice one query), and later clicks slice it. With ``dependency="query"`` every click instead computes
-the clicked query's rows only, from each block's mixer input kept at the first click
-(``blocks.{i}.hook_mixer_in``, one forward), with the extractor's own
-:func:`workbench.analysis.dependency.dependency_factored`.
+attention, a click computes the clicked query's dependency rows only (:func:`workbench.explore.lazy.query_rows`:
+one LSTM adjoint recurrence for every layer and head together, then one vector-Jacobian product per head), from
+each block's mixer input kept at the image's first click (``blocks.{i}.hook_mixer_in``, one forward), and starts
+every query's dependency of the image in a background thread (``dependency="lazy"``, the default); once that is
+done, clicks slice it. ``dependency="query"`` computes the clicked query each time and nothing in the background;
+``dependency="image"`` runs the ``dependency`` extractor for every query at the image's first click.
 
 SlimSwin's gated window attention (``methods.slimswin.GatedWindowAttention``) names no ``hook_pattern`` of its
 own; :func:`ensure_slimswin_hooks` registers the hook-point adapter that does (its ``attn_drop`` output, as for
@@ -20,6 +20,7 @@ timm's ``WindowAttention``), so the ``window_attention`` extractor reads it, and
 from __future__ import annotations
 
 import json
+import threading
 from typing import Literal
 
 import numpy as np
@@ -29,8 +30,9 @@ import xarray as xr
 
 from methods.hooks import Site, adapter, hook_points
 from workbench.analysis import get_extractor
-from workbench.analysis.dependency import block_inputs, dependency_factored, dependency_loop, head_output_fn
+from workbench.analysis.dependency import block_inputs
 from workbench.analysis.tokens import vit_token_layout
+from workbench.explore.lazy import Background, query_rows
 from workbench.explore.rows import DatasetReader, ExploreError, ModelRows, Query
 
 __all__ = ["LiveModel", "detect_kind", "ensure_slimswin_hooks"]
@@ -106,11 +108,13 @@ class LiveModel:
     """
 
     def __init__(self, label: str, model: nn.Module, images: torch.Tensor, ids: list[str],
-                 dependency: Literal["image", "query"] = "image"):
-        if dependency not in ("image", "query"):
-            raise ExploreError(f"dependency must be 'image' (every query of an image at its first click) or 'query' "
-                               f"(the clicked query only, each click), got {dependency!r}")
-        self.per_query = dependency == "query"
+                 dependency: Literal["lazy", "query", "image"] = "lazy"):
+        if dependency not in ("lazy", "image", "query"):
+            raise ExploreError(f"dependency must be 'lazy' (the clicked query at once, the image's other queries in "
+                               f"the background), 'query' (the clicked query only, each click) or 'image' (every "
+                               f"query of an image at its first click), got {dependency!r}")
+        self.per_query = dependency in ("lazy", "query")
+        self.lazy = dependency == "lazy"
         if model.training:
             raise ExploreError(f"{label!r} is in training mode; call model.eval() (dropout would change the maps)")
         self.label, self.model, self.images, self.ids = label, model, images, list(ids)
@@ -119,19 +123,24 @@ class LiveModel:
                         "window_attention": "window attention", "at_maps": "attention-transfer map"}[self.kind]
         self._readers: dict[str, DatasetReader] = {}  # image id -> its maps, the most recent last
         self.keep_images = 2  # images whose maps are kept (going back to the previous image is free)
-        self._inputs: dict[str, tuple[list, list]] = {}
+        self._inputs: dict[str, list[torch.Tensor]] = {}  # image id -> its blocks' mixer inputs (FAR)
+        self._jobs: dict[str, Background] = {}  # image id -> every query's dependency, computing or done
+        self._lock = threading.Lock()
+        self._pending: list[str] = []  # images whose every-query dependency waits for start_background()
         if self.kind == "dependency" and self.per_query:
             layout = vit_token_layout(model, tuple(images.shape[-2:]))
             self.prefix_kinds, self.grid = layout.prefix_kinds, layout.grid
             self.layout = layout
             self.layer_labels = [str(i) for i in range(len(model.blocks))]
             self.num_heads = max(int(getattr(b.attn, "num_heads", 1)) for b in model.blocks)
+            self.heads_per_layer = np.array([int(getattr(b.attn, "num_heads", 1)) for b in model.blocks])
             self.units = "gradient L2 norm w.r.t. LN1(x_l)"
             self.branches = False
         else:  # one forward on the first image gives the layout
             r = self.reader(self.ids[0])
             self.prefix_kinds, self.grid, self.layer_labels = r.prefix_kinds, r.grid, r.layer_labels
             self.num_heads, self.units, self.branches = r.num_heads, r.units, r.branches
+            self.heads_per_layer = getattr(r, "heads_per_layer", None)
 
     def _index(self, image_id: str) -> int:
         if image_id not in self.ids:
@@ -155,15 +164,28 @@ class LiveModel:
             return self.reader(image_id).rows(image_id, query)
         return self._dependency_rows(image_id, query)
 
+    def columns(self, image_id: str, key: Query) -> ModelRows:
+        """The reverse view (:meth:`DatasetReader.columns`). A lazy FAR needs every query of the image: until its
+        background work is done this says so (and starts it)."""
+        if self.kind != "dependency" or not self.per_query:
+            return self.reader(image_id).columns(image_id, key)
+        with self._lock:
+            full = self._readers.get(image_id)
+        if full is None:
+            if self.lazy and image_id not in self._jobs:
+                self._block_inputs(image_id)
+                self._pending.append(image_id)
+            raise ExploreError(f"{self.label!r}: the reverse view needs every query's dependency of this image"
+                               + (", being computed in the background; click again shortly" if self.lazy else
+                                  " (dependency='query' computes one query per click)"))
+        return full.columns(image_id, key)
+
     def _dependency_rows(self, image_id: str, query: Query) -> ModelRows:
-        if image_id not in self._inputs:
-            i = self._index(image_id)
-            blocks = self.model.blocks
-            fns = [head_output_fn(b, "mixer_input") for b in blocks]
-            with torch.no_grad():
-                inputs = block_inputs(self.model, self.images[i:i + 1], wrt="mixer_input")
-            self._inputs = {image_id: (fns, inputs)}
-        fns, inputs = self._inputs[image_id]
+        with self._lock:
+            full = self._readers.get(image_id)
+        if full is not None:  # every query of this image is done
+            return full.rows(image_id, query)
+        inputs = self._block_inputs(image_id)
         lay = self.layout
         gh, gw = lay.grid
         if query[0] == "patch":
@@ -173,18 +195,55 @@ class LiveModel:
             if query[0] not in lay.prefix_kinds:
                 raise ExploreError(f"{self.label!r} has no {query[0]!r} token (prefix tokens: {list(lay.prefix_kinds)})")
             q = lay.prefix_kinds.index(query[0])
-        rows = []
-        for fn, x in zip(fns, inputs):
-            dep = dependency_factored(fn, x, [q]) if fn.factored else dependency_loop(fn, x, [q])  # (1, N, 1, T)
-            rows.append(dep[0, :, 0].float().cpu().numpy())
-        n_h = max(r.shape[0] for r in rows)
-        row = np.full((len(rows), n_h, lay.num_tokens), np.nan, np.float32)
-        for l, r in enumerate(rows):
-            row[l, : r.shape[0]] = r
-        ds = xr.Dataset({"dependency": (("sample", "layer", "head", "query", "key"), row[None, :, :, None])},
-                        coords={"sample": [0], "layer": np.arange(len(rows)), "head": np.arange(n_h),
-                                **{k: (d, v[[q]]) for k, (d, v) in lay.coords("query").items()},
-                                **lay.coords("key")})
+        row = query_rows(self.model.blocks, inputs, q)  # (layer, head, T)
+        if self.lazy and image_id not in self._jobs:
+            self._pending.append(image_id)  # started by start_background(), once the view that asked is answered
+        return DatasetReader(self.label, self._dependency_ds(image_id, row[:, :, None], [q])).rows(image_id, query)
+
+    def start_background(self) -> None:
+        """Start computing every query of the image last clicked (FAR, ``dependency="lazy"``), if not yet started.
+
+        :meth:`ExploreState.view` calls this after the view is computed, so the background work does not slow the
+        click that asked for it."""
+        pending, self._pending = self._pending, []
+        for image_id in dict.fromkeys(pending):
+            if image_id not in self._jobs and image_id in self._inputs:
+                self._jobs[image_id] = Background(self.model.blocks, self._inputs[image_id],
+                                                  lambda full, i=image_id: self._finished(i, full))
+
+    def _block_inputs(self, image_id: str) -> list[torch.Tensor]:
+        """Each block's mixer input for the image (one forward, kept for ``keep_images`` images)."""
+        if image_id not in self._inputs:
+            i = self._index(image_id)
+            with torch.no_grad():
+                self._inputs[image_id] = block_inputs(self.model, self.images[i:i + 1], wrt="mixer_input")
+            while len(self._inputs) > self.keep_images:  # the oldest image goes, and its background work stops
+                old = next(iter(self._inputs))
+                self._inputs.pop(old)
+                job = self._jobs.pop(old, None)
+                if job is not None:
+                    job.cancel()
+                with self._lock:
+                    self._readers.pop(old, None)
+        return self._inputs[image_id]
+
+    def _finished(self, image_id: str, full: np.ndarray) -> None:
+        """The background's every-query dependency ``(layer, head, T, T)`` of an image, kept as a reader."""
+        reader = DatasetReader(self.label, self._dependency_ds(image_id, full, None))
+        with self._lock:
+            if image_id in self._inputs:
+                self._readers[image_id] = reader
+
+    def _dependency_ds(self, image_id: str, rows: np.ndarray, queries: list[int] | None) -> xr.Dataset:
+        """A ``dependency`` Dataset of one image from ``(layer, head, Q, T)`` rows (``queries``: None = all T)."""
+        lay = self.layout
+        qcoords = {k: (d, v if queries is None else v[queries]) for k, (d, v) in lay.coords("query").items()}
+        ds = xr.Dataset({"dependency": (("sample", "layer", "head", "query", "key"), rows[None])},
+                        coords={"sample": [0], "layer": np.arange(rows.shape[0]), "head": np.arange(rows.shape[1]),
+                                **qcoords, **lay.coords("key")})
         ds["dependency"].attrs["units"] = self.units
-        ds = _tag(ds.assign_attrs(analysis="dependency"), image_id)
-        return DatasetReader(self.label, ds).rows(image_id, query)
+        return _tag(ds.assign_attrs(analysis="dependency"), image_id)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the background work (FAR: every query of the images clicked); True when all is done."""
+        return all(job.wait(timeout) for job in list(self._jobs.values()))

@@ -67,6 +67,9 @@ class ModelRows:
         query_cell: ``(layer, 2)`` the query's (row, column) on ``maps``' grid per layer; ``-1`` for a prefix query.
         outline: ``(layer, head, gh, gw)`` bool keys to outline (Sparsifiner's kept keys, Swin's window) or None.
         pruned: ``(layer, head)`` bool pruned (window, head) pairs of the query's window (SlimSwin) or None.
+        heads: ``(layer,)`` how many heads each layer has (head slots past that are padding), or None: all of them.
+        cell_size: ``(layer, 2)`` cells of ``maps`` one token covers (a coarser Swin stage repeated onto the finest
+            grid), or None: one.
     """
 
     label: str
@@ -78,6 +81,12 @@ class ModelRows:
     outline: np.ndarray | None = None
     pruned: np.ndarray | None = None
     notes: list[str] = field(default_factory=list)
+    heads: np.ndarray | None = None
+    cell_size: np.ndarray | None = None
+
+    def num_heads_at(self, layer: int) -> int:
+        """Heads layer ``layer`` has."""
+        return int(self.heads[layer]) if self.heads is not None else int(self.maps.shape[1])
 
 
 def image_ids(ds: xr.Dataset) -> list[str]:
@@ -167,6 +176,10 @@ class DatasetReader:
         qk = ds["query_kind"].values.astype(str)
         qy, qx = ds["query_y"].values, ds["query_x"].values
         self.query_index = {(str(k), int(y), int(x)): i for i, (k, y, x) in enumerate(zip(qk, qy, qx))}
+        self.key_index = {(str(k), int(y), int(x)): i for i, (k, y, x) in enumerate(zip(kk, ky, kx))}
+        self.query_patches = np.flatnonzero(qk == "patch")  # the stored query rows that are patches, and where
+        self.query_patch_yx = (qy[self.query_patches].astype(int), qx[self.query_patches].astype(int))
+        self.query_prefix = [int(np.flatnonzero(qk == k)[0]) if (qk == k).any() else -1 for k in self.prefix_kinds]
         dims = ds[self.var].dims
         self.branches = "branch" in dims
         layers = ds["layer"].values.tolist()
@@ -223,6 +236,35 @@ class DatasetReader:
             outline[:, :, self.patch_yx[0], self.patch_yx[1]] = m[:, :, self.patch_keys]
         return ModelRows(self.label, image_id, maps, row[:, :, self.prefix_keys], row,
                          np.tile(np.array(cell), (n_l, 1)), outline)
+
+    def columns(self, image_id: str, key: Query) -> ModelRows:
+        """The reverse view: every stored query's value on the key token ``key`` (which queries attend to it), every
+        layer and head, placed on the query grid; ``prefix`` holds the prefix queries' values.
+
+        Raises:
+            ExploreError: Swin windows and CNN stage maps (no reverse view).
+        """
+        if self.kind in ("window_attention", "at_maps"):
+            raise ExploreError(f"{self.label!r}: no reverse view for {self.kind.replace('_', ' ')} (its keys are a "
+                               "window's or a stage's cells); switch back to queries")
+        s = self.sample_index(image_id)
+        if key[0] == "patch":
+            y, x = _cell(key[1], key[2], *self.grid)
+            k, cell = self.key_index[("patch", y, x)], (y, x)
+        else:
+            if (key[0], -1, -1) not in self.key_index:
+                raise ExploreError(f"{self.label!r} has no {key[0]!r} token")
+            k, cell = self.key_index[(key[0], -1, -1)], (-1, -1)
+        col = np.asarray(self.array(self.var)[s, ..., k], dtype=np.float32)  # (layer[, branch], head, Q)
+        col = col.reshape(-1, *col.shape[-2:])  # (layer·branch, head, Q)
+        n_l, n_h, _ = col.shape
+        gh, gw = self.grid
+        maps = np.full((n_l, n_h, gh, gw), np.nan, np.float32)
+        maps[:, :, self.query_patch_yx[0], self.query_patch_yx[1]] = col[:, :, self.query_patches]
+        prefix = np.stack([col[:, :, i] if i >= 0 else np.full((n_l, n_h), np.nan, np.float32)
+                           for i in self.query_prefix], -1) if self.query_prefix else np.zeros((n_l, n_h, 0), np.float32)
+        notes = [] if len(self.query_patches) == gh * gw else [f"{len(self.query_patches)} of {gh * gw} patch queries stored"]
+        return ModelRows(self.label, image_id, maps, prefix, col, np.tile(np.array(cell), (n_l, 1)), notes=notes)
 
     # ------------------------------------------------------------------ AttentionLite: CNN stage maps
     def _init_at(self) -> None:
@@ -287,7 +329,7 @@ class DatasetReader:
         maps = np.full((n_l, n_h, gh, gw), np.nan, np.float32)
         outline = np.zeros((n_l, n_h, gh, gw), bool)
         pruned = np.zeros((n_l, n_h), bool) if self.active is not None else None
-        cells = np.zeros((n_l, 2), int)
+        cells, sizes = np.zeros((n_l, 2), int), np.ones((n_l, 2), int)
         arr = self.array(self.var)
         tokens = np.full((n_l, n_h, arr.shape[-1]), np.nan, np.float32)  # the window's keys, for agreement
         for i in range(n_l):
@@ -305,8 +347,11 @@ class DatasetReader:
             ry, rx = gh // h, gw // w  # repeat a coarser stage map onto the finest grid
             maps[i] = stage.repeat(ry, 1).repeat(rx, 2)
             outline[i] = inside.repeat(ry, 0).repeat(rx, 1)[None]
-            cells[i] = (y * ry, x * rx)
+            cells[i], sizes[i] = (y * ry, x * rx), (ry, rx)
             if pruned is not None:
                 pruned[i] = ~self.active[i, win]
                 pruned[i, self.heads_per_layer[i]:] = False
-        return ModelRows(self.label, image_id, maps, np.zeros((n_l, n_h, 0), np.float32), tokens, cells, outline, pruned)
+        absent = np.arange(n_h)[None, :] >= self.heads_per_layer[:, None]  # (layer, head): slots a layer lacks
+        maps[absent], tokens[absent], outline[absent] = np.nan, np.nan, False
+        return ModelRows(self.label, image_id, maps, np.zeros((n_l, n_h, 0), np.float32), tokens, cells, outline, pruned,
+                         heads=self.heads_per_layer.copy(), cell_size=sizes)

@@ -40,13 +40,15 @@ def _outline(ax, mask: np.ndarray, extent, colour: str = "white") -> None:
         ax.add_patch(Rectangle((x0 + x * cw, y0 + y * ch), cw, ch, fill=False, ec=colour, lw=0.8))
 
 
-def _mark(ax, cell, grid, extent, colour: str = "red") -> None:
+def _mark(ax, cell, grid, extent, colour: str = "red", size=(1, 1)) -> None:
+    """Outline the query's token: ``size`` cells of the grid from ``cell`` (a coarser Swin stage's token covers several)."""
     if cell[0] < 0:
         return
     gh, gw = grid
     x0, x1, y1, y0 = extent
     ch, cw = (y1 - y0) / gh, (x1 - x0) / gw
-    ax.add_patch(Rectangle((x0 + cell[1] * cw, y0 + cell[0] * ch), cw, ch, fill=False, ec=colour, lw=2))
+    sy, sx = size
+    ax.add_patch(Rectangle((x0 + cell[1] * cw, y0 + cell[0] * ch), sx * cw, sy * ch, fill=False, ec=colour, lw=2))
 
 
 def draw(view: dict, *, figsize_per_panel: float = 2.6):
@@ -62,17 +64,20 @@ def draw(view: dict, *, figsize_per_panel: float = 2.6):
     extent = _extent(image)
     _show_image(axes[0], image)
     ref_grid = panels[0]["map"].shape
-    _mark(axes[0], panels[0]["cell"], ref_grid, extent)
+    _mark(axes[0], panels[0]["cell"], ref_grid, extent, size=panels[0].get("cell_size", (1, 1)))
     axes[0].set_title(f"{view['image_id']}\nquery: {view['query_label']}", fontsize=8)
     head = "mean over heads" if view["head"] is None else f"head {view['head']}"
     for ax, p in zip(axes[1:], panels):
         _show_image(ax, image)
         m = np.ma.masked_invalid(p["map"])
-        im = ax.imshow(m, cmap=CMAP, vmin=p["vmin"], vmax=p["vmax"], alpha=0.75, extent=extent, interpolation="nearest")
+        cmap = "RdBu_r" if p.get("diverging") else CMAP  # a signed difference: blue below 0, red above
+        im = ax.imshow(m, cmap=cmap, vmin=p["vmin"], vmax=p["vmax"], alpha=0.75, extent=extent, interpolation="nearest")
         if p["outline"] is not None:
             _outline(ax, np.asarray(p["outline"]), extent)
-        _mark(ax, p["cell"], p["map"].shape, extent)
+        _mark(ax, p["cell"], p["map"].shape, extent, size=p.get("cell_size", (1, 1)))
         pre = ", ".join(f"{k}={v:.3g}" for k, v in zip(p["prefix_kinds"], np.atleast_1d(p["prefix"])) if np.isfinite(v))
+        if p.get("self_value") is not None:
+            pre += (", " if pre else "") + f"query's own {p['self_value']:.3g}: off scale"
         ax.set_title(f"{p['label']} ({p['measure']})\nlayer {p['layer']}, {head}" + (f"\n{p['note']}" if p["note"] else ""),
                      fontsize=8, color="0.5" if p["pruned"] else "black")
         if p["pruned"]:
@@ -149,6 +154,8 @@ def save_view(view: dict, path: str | Path) -> Path:
         if p["outline"] is not None:
             arrays[f"outline{i}"] = np.asarray(p["outline"], bool)
         meta["panels"].append({k: p[k] for k in ("label", "measure", "units", "layer", "prefix_kinds", "pruned", "note")}
+                              | {k: p.get(k) for k in ("image_id", "diverging", "self_value")}
+                              | {"cell_size": list(map(int, p.get("cell_size", (1, 1))))}
                               | {"cell": list(map(int, p["cell"])), "vmin": float(p["vmin"]), "vmax": float(p["vmax"])})
     np.savez_compressed(path, meta=np.array(json.dumps(meta)), **arrays)
     return path

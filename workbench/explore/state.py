@@ -22,14 +22,14 @@ student against its Swin teacher), AttentionLite's stage maps over the stage cel
 
 from __future__ import annotations
 
-import contextlib
-import warnings
 from collections import OrderedDict
-from dataclasses import dataclass, replace
-from typing import Iterator, Literal
+from dataclasses import dataclass, fields, replace
+from typing import Callable, Literal
 
 import numpy as np
 
+from workbench.explore.panels import colour_ranges, differences, panel_map
+from workbench.explore.panels import quiet as _quiet
 from workbench.explore.rows import ExploreError, ModelRows, Query
 
 __all__ = ["Images", "Selection", "ExploreState", "row_js", "row_topk_overlap", "normalise_rows", "TOPK"]
@@ -53,10 +53,13 @@ class Selection:
 
     image: int = 0  # position in Images.ids
     layer: int = 0  # the reference model's layer (others: the same relative depth)
-    head: int | None = None  # head index, or None for the mean over heads
+    head: int | None = None  # head index, or None for the mean over the heads a layer has (not pruned)
     query: Query = ("patch", 0.5, 0.5)  # see workbench.explore.rows.Query
     scale: Scale = "shared"  # one colour scale per unit (shared) or one per panel
     strip: str = ""  # the model whose layer x head thumbnails are shown ("" = the reference)
+    exclude_query: bool | None = None  # leave the query's own token out of the colour range (None: for saliency maps)
+    difference: bool = False  # students' panels show their share of the row minus the reference's
+    direction: Literal["query", "key"] = "query"  # the clicked token as the query (its row) or the key (its column)
 
 
 def normalise_rows(p: np.ndarray) -> np.ndarray:
@@ -113,6 +116,7 @@ class ExploreState:
         self.selection = Selection(strip=self.reference)
         self._cache: OrderedDict = OrderedDict()
         self._cache_size = cache_size
+        self._observers: list[Callable[[ExploreState, set], None]] = []
         ref = self.sources[self.reference]
         gh, gw = ref.grid
         self.selection = replace(self.selection, query=("patch", (gh // 2 + 0.5) / gh, (gw // 2 + 0.5) / gw))
@@ -146,11 +150,21 @@ class ExploreState:
                          f"(rows 0..{gh - 1}, columns 0..{gw - 1})")
         return ("patch", (y + 0.5) / gh, (x + 0.5) / gw)
 
+    def observe(self, callback: Callable[[ExploreState, set], None]) -> Callable[[], None]:
+        """Call ``callback(state, changed_fields)`` after every change of the selection, whoever made it (code or
+        a control): the one source of truth every view follows. Returns a function that stops the calls."""
+        self._observers.append(callback)
+        return lambda: self._observers.remove(callback) if callback in self._observers else None
+
     def select(self, **changes) -> ExploreState:
-        """Change the selection (``image``, ``layer``, ``head`` (int or None = mean), ``query``, ``scale``, ``strip``).
+        """Change the selection (``image``, ``layer``, ``head`` (int or None = mean), ``query``, ``scale``, ``strip``,
+        ``exclude_query`` (bool, or None: on for saliency maps), ``difference`` (students minus the reference));
+        observers are told what changed.
+
+        A layer change that leaves the selected head past the heads the new layer has returns to the mean.
 
         Raises:
-            ExploreError: a value out of range, naming the range.
+            ExploreError: a value out of range, naming the range (nothing changes then).
         """
         sel = self.selection
         ref = self.sources[self.reference]
@@ -165,9 +179,6 @@ class ExploreState:
                     raise _error(f"layer {value} out of range: {self.reference!r} has {n} layers (0..{n - 1})")
                 sel = replace(sel, layer=int(value))
             elif key == "head":
-                if value is not None and value != "mean" and not 0 <= int(value) < self.max_heads:
-                    raise _error(f"head {value} out of range: at most {self.max_heads} heads (0..{self.max_heads - 1}), "
-                                 "or None for the mean over heads")
                 sel = replace(sel, head=None if value in (None, "mean") else int(value))
             elif key == "query":
                 sel = replace(sel, query=self.query_token(value))
@@ -179,9 +190,31 @@ class ExploreState:
                 if value not in self.sources:
                     raise _error(f"strip model {value!r} is not among {list(self.sources)}")
                 sel = replace(sel, strip=value)
+            elif key == "direction":
+                if value not in ("query", "key"):
+                    raise _error(f"direction is 'query' (what the token attends to) or 'key' (which queries attend to "
+                                 f"it), got {value!r}")
+                sel = replace(sel, direction=value)
+            elif key == "difference":
+                sel = replace(sel, difference=bool(value))
+            elif key == "exclude_query":
+                if value not in (None, True, False):
+                    raise _error(f"exclude_query is True, False or None (on for saliency maps), got {value!r}")
+                sel = replace(sel, exclude_query=value)
             else:
-                raise _error(f"unknown selection {key!r}; use image, layer, head, query, scale or strip")
+                raise _error(f"unknown selection {key!r}; use image, layer, head, query, scale, strip, exclude_query, difference or direction")
+        if sel.head is not None:
+            n = self.heads_at(sel.layer)
+            if not 0 <= sel.head < n:
+                if "head" in changes:
+                    raise _error(f"head {sel.head} out of range: layer {ref.layer_labels[sel.layer]} has at most {n} heads "
+                                 f"(0..{n - 1}) in any model, or None for the mean over heads")
+                sel = replace(sel, head=None)
+        changed = {f.name for f in fields(Selection) if getattr(sel, f.name) != getattr(self.selection, f.name)}
         self.selection = sel
+        if changed:
+            for callback in list(self._observers):
+                callback(self, changed)
         return self
 
     def click(self, fy: float, fx: float) -> ExploreState:
@@ -195,22 +228,44 @@ class ExploreState:
     def max_heads(self) -> int:
         return max(s.num_heads for s in self.sources.values())
 
+    def heads_of(self, label: str, layer: int | None = None) -> int:
+        """Heads ``label``'s layer at the reference layer's depth has."""
+        src, l = self.sources[label], self.model_layer(label, layer)
+        per_layer = getattr(src, "heads_per_layer", None)
+        return int(per_layer[l]) if per_layer is not None else int(src.num_heads)
+
+    def heads_at(self, layer: int | None = None) -> int:
+        """The most heads any model has at the reference layer ``layer`` (default: the selected one)."""
+        return max(self.heads_of(label, layer) for label in self.sources)
+
     def model_layer(self, label: str, layer: int | None = None) -> int:
         """The layer of ``label`` at the reference layer's relative depth."""
         layer = self.selection.layer if layer is None else layer
         n_ref, n = len(self.sources[self.reference].layer_labels), len(self.sources[label].layer_labels)
         return layer if n == n_ref else int(round(layer * (n - 1) / max(1, n_ref - 1)))
 
+    def reference_layer(self, label: str, layer: int) -> int:
+        """The reference layer whose relative depth is ``label``'s layer ``layer`` (the nearest one)."""
+        n_ref = len(self.sources[self.reference].layer_labels)
+        return min(range(n_ref), key=lambda r: (abs(self.model_layer(label, r) - layer), r))
+
     # ------------------------------------------------------------------ rows
     def rows(self, label: str, image: int | None = None, query: Query | None = None) -> ModelRows:
         """The model's rows for the (selected) image and query, cached; checked to belong to that image."""
         image_id = self.images.ids[self.selection.image if image is None else image]
         query = self.selection.query if query is None else query
-        key = (label, image_id, query)
+        direction = self.selection.direction
+        key = (label, image_id, query, direction)
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        rows = self.sources[label].rows(image_id, query)
+        src = self.sources[label]
+        if direction == "key":  # the reverse view: the clicked token's column
+            if not hasattr(src, "columns"):
+                raise _error(f"{label!r} has no reverse view")
+            rows = src.columns(image_id, query)
+        else:
+            rows = src.rows(image_id, query)
         if rows.image_id != image_id:
             raise _error(f"{label!r} returned maps of image {rows.image_id} for image {image_id}; refusing to draw them")
         self._cache[key] = rows
@@ -218,69 +273,88 @@ class ExploreState:
             self._cache.popitem(last=False)
         return rows
 
+    def _view_rows(self, label: str) -> ModelRows:
+        """:meth:`rows`; in the reverse view, a model without one gets empty rows with the reason as a note."""
+        try:
+            return self.rows(label)
+        except ExploreError as err:
+            if self.selection.direction != "key":
+                raise
+            return self._empty_rows(label, str(err))
+
+    def _empty_rows(self, label: str, note: str) -> ModelRows:
+        src = self.sources[label]
+        n_l, n_h, (gh, gw) = len(src.layer_labels), src.num_heads, src.grid
+        return ModelRows(label, self.image_id, np.full((n_l, n_h, gh, gw), np.nan, np.float32),
+                         np.full((n_l, n_h, len(src.prefix_kinds)), np.nan, np.float32), None,
+                         np.full((n_l, 2), -1), notes=[note])
+
     def agreement(self) -> dict[str, dict[str, np.ndarray]]:
-        """Per student: ``js`` and ``topk`` per reference layer (head-averaged rows) and ``js_head`` / ``topk_head``
-        (the selected head, when head counts match); NaN where not comparable."""
-        ref = self.rows(self.reference)
+        """Per student: ``js`` and ``topk`` per reference layer (rows averaged over the heads each layer has, pruned
+        heads left out as in the panels) and ``js_head`` / ``topk_head`` (the selected head, where both models' layers
+        have it); NaN where not comparable."""
+        ref = self._view_rows(self.reference)
         out = {}
         n_l = len(self.sources[self.reference].layer_labels)
         for label in self.sources:
             if label == self.reference:
                 continue
-            r = self.rows(label)
+            r = self._view_rows(label)
             res = {k: np.full(n_l, np.nan) for k in ("js", "topk", "js_head", "topk_head")}
             same_keys = _keys(self.sources[self.reference]) == _keys(self.sources[label])
             if same_keys and ref.tokens is not None and r.tokens is not None and ref.tokens.shape[-1] == r.tokens.shape[-1]:
                 k = max(1, int(round(TOPK * ref.tokens.shape[-1])))
-                for l in range(n_l):
-                    t = normalise_rows(ref.tokens[l])  # (head, T)
-                    s = normalise_rows(r.tokens[self.model_layer(label, l)])
-                    with _quiet():
-                        ta, sa = np.nanmean(t, 0), np.nanmean(s, 0)
-                    if not (np.isnan(ta).any() or np.isnan(sa).any()):
-                        res["js"][l], res["topk"][l] = row_js(ta, sa), row_topk_overlap(ta, sa, k)
-                    h = self.selection.head
-                    if h is not None and h < min(len(t), len(s)) and not (np.isnan(t[h]).any() or np.isnan(s[h]).any()):
-                        res["js_head"][l], res["topk_head"][l] = row_js(t[h], s[h]), row_topk_overlap(t[h], s[h], k)
+                layers = [self.model_layer(label, l) for l in range(n_l)]
+                t = normalise_rows(ref.tokens)  # (layer, head, T)
+                s = normalise_rows(r.tokens)  # (layer, head, T); its `layers` are at the reference's depths
+                pairs = [("js", "topk", _head_mean(t, ref, range(n_l)), _head_mean(s, r, layers))]
+                s = s[layers]
+                h = self.selection.head
+                if h is not None and h < min(t.shape[1], s.shape[1]):
+                    pairs.append(("js_head", "topk_head", t[:, h], s[:, h]))
+                for js, topk, a, b in pairs:  # (layer, T) each
+                    ok = ~(np.isnan(a).any(-1) | np.isnan(b).any(-1))
+                    if ok.any():
+                        res[js][ok], res[topk][ok] = row_js(a[ok], b[ok]), row_topk_overlap(a[ok], b[ok], k)
             out[label] = res
         return out
 
     # ------------------------------------------------------------------ the view
+    def exclude_query_for(self, label: str) -> bool:
+        """Whether ``label``'s colour range leaves out the query's own token (default: for saliency maps)."""
+        flag = self.selection.exclude_query
+        return self.sources[label].measure == "gradient saliency" if flag is None else bool(flag)
+
     def view(self) -> dict:
         """The current view as numpy arrays (what the widget draws and :func:`~workbench.explore.snapshot.draw`
-        redraws): per model its panel map on its own grid, outline, pruned flag, colour range and units; the
-        strip model's layer x head maps; the agreement strip; the image."""
+        redraws): per model its panel map on its own grid, the image id it was computed on, outline, pruned flag,
+        colour range and units; the strip model's layer x head maps; the agreement strip; the image."""
         sel = self.selection
         panels = []
         for label, src in self.sources.items():
-            rows = self.rows(label)
+            rows = self._view_rows(label)
             l = self.model_layer(label)
-            note = ""
-            if sel.head is None:
-                with _quiet():
-                    m = np.nanmean(rows.maps[l], 0)
-                    pre = np.nanmean(rows.prefix[l], 0) if rows.prefix.shape[-1] else rows.prefix[l, 0]
-                outline = rows.outline[l].any(0) if rows.outline is not None else None
-                pruned = bool(rows.pruned[l].all()) if rows.pruned is not None else False
-                if rows.pruned is not None and rows.pruned[l].any():
-                    note = f"mean over heads incl. {int(rows.pruned[l].sum())} pruned"
-            elif sel.head < rows.maps.shape[1] and not np.isnan(rows.maps[l, sel.head]).all():
-                m, pre = rows.maps[l, sel.head], rows.prefix[l, sel.head]
-                outline = rows.outline[l, sel.head] if rows.outline is not None else None
-                pruned = bool(rows.pruned[l, sel.head]) if rows.pruned is not None else False
-            else:
-                m = np.full(rows.maps.shape[2:], np.nan, np.float32)
-                pre, outline, pruned = rows.prefix[l, 0] * np.nan, None, False
-                note = f"layer {src.layer_labels[l]} has no head {sel.head}"
-            if pruned:
-                note = "pruned head (window, head) pair" if sel.head is not None else "all heads pruned"
+            p = panel_map(rows, l, sel.head, src.layer_labels[l])
+            if rows.notes and sel.direction == "key":
+                p["note"] = "; ".join(rows.notes)
             panels.append(dict(label=label, measure=src.measure, units=src.units, layer=src.layer_labels[l],
-                               map=np.asarray(m, np.float32), prefix=np.asarray(pre, np.float32),
-                               prefix_kinds=list(src.prefix_kinds), outline=outline, pruned=pruned,
-                               cell=rows.query_cell[l].tolist(), note=note))
-        _colour_ranges(panels, sel.scale)
-        strip_rows = self.rows(sel.strip)
+                               image_id=rows.image_id, map=np.asarray(p["map"], np.float32),
+                               prefix=np.asarray(p["prefix"], np.float32), prefix_kinds=list(src.prefix_kinds),
+                               outline=p["outline"], pruned=p["pruned"], cell=rows.query_cell[l].tolist(),
+                               cell_size=rows.cell_size[l].tolist() if rows.cell_size is not None else [1, 1],
+                               exclude_query=self.exclude_query_for(label), self_value=None, note=p["note"],
+                               heads=rows.num_heads_at(l), diverging=False))
+        if sel.difference:
+            ref_keys = _keys(self.sources[self.reference])
+            differences(panels, [_keys(src) == ref_keys for src in self.sources.values()])
+        colour_ranges(panels, sel.scale)
+        strip_rows = self._view_rows(sel.strip)
+        agreement = self.agreement()
+        for src in self.sources.values():  # the view is computed: background work may start (a live FAR's queries)
+            if hasattr(src, "start_background"):
+                src.start_background()
         strip_src = self.sources[sel.strip]
+        n_sl = len(strip_src.layer_labels)
         q = sel.query
         ref = self.sources[self.reference]
         if q[0] == "patch":
@@ -288,12 +362,17 @@ class ExploreState:
             qlabel = f"patch ({min(gh - 1, int(q[1] * gh))}, {min(gw - 1, int(q[2] * gw))})"
         else:
             qlabel = f"{q[0]} token"
+        if sel.direction == "key":
+            qlabel = f"key {qlabel} (which queries attend to it)"
         return dict(image=self.images.display[sel.image], image_id=self.image_id, query=q, query_label=qlabel,
-                    layer=sel.layer, head=sel.head, scale=sel.scale, panels=panels, agreement=self.agreement(),
+                    layer=sel.layer, head=sel.head, scale=sel.scale, panels=panels, agreement=agreement,
                     ref_layers=list(ref.layer_labels), strip_label=sel.strip, strip=strip_rows.maps,
-                    strip_layers=list(strip_src.layer_labels),
+                    strip_image_id=strip_rows.image_id, strip_layers=list(strip_src.layer_labels),
+                    strip_layer=self.model_layer(sel.strip),
+                    strip_heads=[strip_rows.num_heads_at(i) for i in range(n_sl)],
                     strip_pruned=strip_rows.pruned if strip_rows.pruned is not None else
-                    np.zeros(strip_rows.maps.shape[:2], bool), units={p["label"]: p["units"] for p in panels})
+                    np.zeros(strip_rows.maps.shape[:2], bool), units={p["label"]: p["units"] for p in panels},
+                    heads_at=self.heads_at())
 
     def payload(self) -> tuple[dict, dict[str, bytes]]:
         """What the browser receives for the current selection: a JSON-able dict and binary buffers.
@@ -301,6 +380,8 @@ class ExploreState:
         Buffers: ``panels`` float16 (each panel's map on its grid, concatenated in model order; NaN = no value),
         ``outlines`` uint8 (0/1 per panel cell, for panels with an outline), ``strip`` uint8 (layer x head
         thumbnails of the strip model, each scaled to its own max; 255 = NaN), ``strip_max`` float16 (those maxima).
+        Every panel and the strip carry the id of the image their maps were computed on (the view refuses to draw
+        a map over another image).
         """
         v = self.view()
         panels, outlines, meta = [], [], []
@@ -310,10 +391,12 @@ class ExploreState:
             if p["outline"] is not None:
                 outlines.append(p["outline"].astype(np.uint8).ravel())
             meta.append(dict(label=p["label"], measure=p["measure"], units=p["units"], layer=p["layer"],
-                             grid=list(m.shape), vmin=_num(p["vmin"]), vmax=_num(p["vmax"]),
+                             image_id=p["image_id"], grid=list(m.shape), vmin=_num(p["vmin"]), vmax=_num(p["vmax"]),
                              prefix=[_num(x) for x in np.asarray(p["prefix"]).ravel().tolist()],
                              prefix_kinds=p["prefix_kinds"], outline=p["outline"] is not None, pruned=p["pruned"],
-                             cell=p["cell"], note=p["note"]))
+                             cell=p["cell"], cell_size=p["cell_size"], exclude_query=p["exclude_query"],
+                             self_value=None if p["self_value"] is None else _num(p["self_value"]), note=p["note"],
+                             heads=p["heads"], diverging=p["diverging"]))
         strip = v["strip"]  # (L, H, gh, gw)
         with _quiet():
             smax = np.nanmax(strip.reshape(*strip.shape[:2], -1), -1)  # (L, H)
@@ -321,8 +404,9 @@ class ExploreState:
         thumbs = np.where(np.isnan(strip), 255, np.clip(np.round(254 * strip / smax[..., None, None]), 0, 254))
         state = dict(
             image_id=v["image_id"], query=list(v["query"]), query_label=v["query_label"], layer=v["layer"],
-            head=v["head"], scale=v["scale"], panels=meta, ref_layers=v["ref_layers"],
-            strip=dict(label=v["strip_label"], shape=list(strip.shape), layers=v["strip_layers"],
+            head=v["head"], scale=v["scale"], difference=self.selection.difference, panels=meta, ref_layers=v["ref_layers"], heads_at=v["heads_at"],
+            strip=dict(label=v["strip_label"], image_id=v["strip_image_id"], shape=list(strip.shape),
+                       layers=v["strip_layers"], layer=v["strip_layer"], heads=v["strip_heads"],
                        pruned=v["strip_pruned"].astype(int).tolist()),
             agreement={k: {m: [_num(x) for x in a.tolist()] for m, a in d.items()} for k, d in v["agreement"].items()},
         )
@@ -349,32 +433,15 @@ def _num(x) -> float | None:
     return x if np.isfinite(x) else None
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Silence numpy's all-NaN / empty-mean warnings (NaN is the answer there)."""
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        yield
-
-
-def _colour_ranges(panels: list[dict], scale: Scale) -> None:
-    """vmin / vmax per panel: shared among panels of one unit, or per panel; from 0 (maps are non-negative)."""
-    def vmax_of(ps):
-        vals = [np.nanmax(np.concatenate([p["map"].ravel(), np.asarray(p["prefix"]).ravel()])) for p in ps
-                if np.isfinite(p["map"]).any()]
-        return max(vals) if vals else 1.0
-
+def _head_mean(rows_n: np.ndarray, rows: ModelRows, layers) -> np.ndarray:
+    """``(len(layers), T)``: the mean of normalised rows ``(layer, head, T)`` over the heads each layer has that are
+    not pruned (all of them where every one is), as the panels average them."""
+    layers = list(layers)
+    n_h = rows_n.shape[1]
+    have = np.arange(n_h)[None, :] < np.array([rows.num_heads_at(l) for l in layers])[:, None]  # (layer, head)
+    keep = have.copy()
+    if rows.pruned is not None:
+        active = have & ~rows.pruned[layers]
+        keep = np.where(active.any(1, keepdims=True), active, have)
     with _quiet():
-        if scale == "panel":
-            for p in panels:
-                p["vmin"], p["vmax"] = 0.0, vmax_of([p])
-        else:
-            for units in {p["units"] for p in panels}:
-                group = [p for p in panels if p["units"] == units]
-                top = vmax_of(group)
-                for p in group:
-                    p["vmin"], p["vmax"] = 0.0, top
-    for p in panels:
-        if not np.isfinite(p["vmax"]) or p["vmax"] <= 0:
-            p["vmax"] = 1.0
-
+        return np.nanmean(np.where(keep[..., None], rows_n[layers], np.nan), 1)

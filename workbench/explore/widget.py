@@ -35,62 +35,127 @@ class ExploreView(anywidget.AnyWidget):
     state = traitlets.Dict().tag(sync=True)  # the payload's JSON part
     image_shape = traitlets.List().tag(sync=True)  # (H, W[, 3]) of `image`
     image = traitlets.Bytes().tag(sync=True)  # uint8, sent when the image changes
+    image_id = traitlets.Unicode("").tag(sync=True)  # "dataset[index]" of `image`: panels of another id are not drawn
     panels = traitlets.Bytes().tag(sync=True)  # float16 panel maps, concatenated in model order
     outlines = traitlets.Bytes().tag(sync=True)  # uint8 0/1 outline cells of the panels that have one
     strip = traitlets.Bytes().tag(sync=True)  # uint8 thumbnails (layer, head, gh, gw), 255 = no value
     strip_max = traitlets.Bytes().tag(sync=True)  # float16 (layer, head) maximum of each thumbnail
     click = traitlets.List().tag(sync=True)  # [fy, fx, serial] from the browser
+    pick = traitlets.List().tag(sync=True)  # [layer, head, serial] from a clicked thumbnail (strip model's layer)
     error = traitlets.Unicode("").tag(sync=True)  # a message shown in the view (bad input, no traceback)
 
 
+#: the colour-range choices for the query's own token (ExploreState's ``exclude_query``)
+SELF_SCALE = {"auto (out for saliency)": None, "left out of scale": True, "in the scale": False}
+
+
 class Explorer(widgets.VBox):
-    """The explorer: controls above an :class:`ExploreView`, kept in step with :attr:`state`."""
+    """The explorer: controls above an :class:`ExploreView`, all kept in step with :attr:`state`.
+
+    The state is the one source of truth: a change from code (``w.state.select(...)``) or from a control goes to
+    the state, whose observer sets every control and sends the view (with the image when it changed).
+    """
 
     def __init__(self, state: ExploreState, call: str | None = None):
         self.state = state
         self.call = call  # the explore(...) call that rebuilds this explorer, when it has one
         ref = state.sources[state.reference]
         n_img, n_layers = len(state.images.ids), len(ref.layer_labels)
-        self.image_slider = widgets.IntSlider(0, 0, max(0, n_img - 1), description="image", continuous_update=False)
-        self.layer_slider = widgets.IntSlider(0, 0, max(0, n_layers - 1), description="layer", continuous_update=False)
-        self.head_menu = widgets.Dropdown(options=[("mean over heads", "mean")] + [(f"head {h}", h) for h in range(state.max_heads)],
-                                          value="mean", description="head")
-        self.scale_toggle = widgets.ToggleButtons(options=[("shared scale", "shared"), ("per panel", "panel")],
-                                                  value="shared", description="colour")
-        self.strip_menu = widgets.Dropdown(options=list(state.sources), value=state.reference, description="thumbnails")
+        wide = dict(layout=widgets.Layout(width="290px"), style={"description_width": "80px"})
+        self.image_slider = widgets.IntSlider(0, 0, max(0, n_img - 1), description="image", continuous_update=False, **wide)
+        self.layer_slider = widgets.IntSlider(0, 0, max(0, n_layers - 1), description="layer", continuous_update=False, **wide)
+        self.head_menu = widgets.Dropdown(options=self._head_options(), value="mean", description="head", **wide)
+        self.scale_toggle = widgets.Dropdown(options=[("shared per unit", "shared"), ("per panel", "panel")],
+                                             value="shared", description="colour scale", **wide)
+        self.self_menu = widgets.Dropdown(options=list(SELF_SCALE), value=next(iter(SELF_SCALE)), description="own token", **wide)
+        self.diff_toggle = widgets.Dropdown(options=[("maps", False), ("student − teacher", True)], value=False,
+                                            description="panels", **wide)
+        self.direction_toggle = widgets.Dropdown(options=[("query (its row)", "query"), ("key (reverse view)", "key")],
+                                                 value="query", description="clicked as", **wide)
+        self.strip_menu = widgets.Dropdown(options=list(state.sources), value=state.reference, description="thumbnails", **wide)
         self.token_buttons = [widgets.Button(description=f"{k.upper()} token", layout=widgets.Layout(width="auto"))
                               for k in ref.prefix_kinds]
+        self.export_button = widgets.Button(description="export PNG", icon="download", layout=widgets.Layout(width="auto"))
+        self.export_path = widgets.Text("explore_view.png", layout=widgets.Layout(width="220px"))
+        self.export_note = widgets.HTML("")
+        for w, cls in ((self.image_slider, "image"), (self.layer_slider, "layer"), (self.head_menu, "head"),
+                       (self.scale_toggle, "scale"), (self.self_menu, "self"), (self.strip_menu, "strip"),
+                       (self.diff_toggle, "difference"), (self.direction_toggle, "direction")):
+            w.add_class(f"wbx-control-{cls}")
         for kind, button in zip(ref.prefix_kinds, self.token_buttons):
             button.on_click(lambda _b, k=kind: self._apply(query=k))
+        self.export_button.on_click(lambda _b: self._export_clicked())
         self.view = ExploreView()
-        self.image_slider.observe(lambda c: self._apply(image=c["new"]), "value")
-        self.layer_slider.observe(lambda c: self._apply(layer=c["new"]), "value")
-        self.head_menu.observe(lambda c: self._apply(head=c["new"]), "value")
-        self.scale_toggle.observe(lambda c: self._apply(scale=c["new"]), "value")
-        self.strip_menu.observe(lambda c: self._apply(strip=c["new"]), "value")
+        self._syncing = False
+        self._sent_image: str | None = None
+        for w, key, value in ((self.image_slider, "image", None), (self.layer_slider, "layer", None),
+                              (self.head_menu, "head", None), (self.scale_toggle, "scale", None),
+                              (self.self_menu, "exclude_query", SELF_SCALE), (self.strip_menu, "strip", None),
+                              (self.diff_toggle, "difference", None), (self.direction_toggle, "direction", None)):
+            w.observe(lambda c, k=key, m=value: self._from_control(k, c["new"] if m is None else m[c["new"]]), "value")
         self.view.observe(self._on_click, "click")
-        controls = widgets.VBox([widgets.HBox([self.image_slider, self.layer_slider, self.head_menu]),
-                                 widgets.HBox([self.scale_toggle, self.strip_menu, *self.token_buttons])])
+        self.view.observe(self._on_pick, "pick")
+        wrap = widgets.Layout(flex_flow="row wrap")  # narrow outputs put controls on more rows, never cut them
+        controls = widgets.VBox([widgets.HBox([self.image_slider, self.layer_slider, self.head_menu], layout=wrap),
+                                 widgets.HBox([self.scale_toggle, self.self_menu, self.diff_toggle], layout=wrap),
+                                 widgets.HBox([self.direction_toggle, self.strip_menu, *self.token_buttons, self.export_button,
+                                               self.export_path, self.export_note], layout=wrap)])
         super().__init__([controls, self.view])
-        self._push(image=True)
+        self._unobserve = state.observe(lambda _s, changed: self._follow(changed))
+        self._follow(set())
 
-    # ------------------------------------------------------------------ state -> view
-    def _push(self, image: bool = False) -> None:
+    # ------------------------------------------------------------------ state -> controls and view
+    def _head_options(self) -> list:
+        return [("mean over heads", "mean")] + [(f"head {h}", h) for h in range(self.state.heads_at())]
+
+    def _sync_controls(self) -> None:
+        """Every control shows the state's selection (without sending it back)."""
+        sel = self.state.selection
+        self._syncing = True
+        try:
+            self.image_slider.value = sel.image
+            self.layer_slider.value = sel.layer
+            options = self._head_options()
+            if list(self.head_menu.options) != options:
+                self.head_menu.options = options
+            self.head_menu.value = "mean" if sel.head is None else sel.head
+            self.scale_toggle.value = sel.scale
+            self.self_menu.value = next(k for k, v in SELF_SCALE.items() if v is sel.exclude_query)
+            self.strip_menu.value = sel.strip
+            self.diff_toggle.value = sel.difference
+            self.direction_toggle.value = sel.direction
+        finally:
+            self._syncing = False
+
+    def _follow(self, changed: set) -> None:
+        self._sync_controls()
+        try:
+            self._push()
+        except ExploreError as err:
+            self.view.error = str(err)
+
+    def _push(self) -> None:
         state, buffers = self.state.payload()
         with self.view.hold_sync():
-            if image:
+            if self._sent_image != self.state.image_id:  # the pixels follow the state, whoever changed the image
                 shape, data = self.state.image_bytes()
-                self.view.image_shape, self.view.image = shape, data
+                self.view.image_shape, self.view.image, self.view.image_id = shape, data, self.state.image_id
+                self._sent_image = self.state.image_id
             self.view.panels, self.view.outlines = buffers["panels"], buffers["outlines"]
             self.view.strip, self.view.strip_max = buffers["strip"], buffers["strip_max"]
             self.view.state = state
             self.view.error = ""
 
+    # ------------------------------------------------------------------ controls and clicks -> state
+    def _from_control(self, key: str, value) -> None:
+        if not self._syncing:
+            self._apply(**{key: value})
+
     def _apply(self, **changes) -> None:
         try:
             self.state.select(**changes)
-            self._push(image="image" in changes)
         except ExploreError as err:
+            self._sync_controls()  # the control goes back to what the state holds
             self.view.error = str(err)
 
     def _on_click(self, change: dict) -> None:
@@ -99,9 +164,23 @@ class Explorer(widgets.VBox):
             return
         try:
             self.state.click(float(value[0]), float(value[1]))
-            self._push()
         except ExploreError as err:
             self.view.error = str(err)
+
+    def _on_pick(self, change: dict) -> None:
+        """A clicked thumbnail: its layer (the strip model's, mapped back to the reference's depth) and head."""
+        value = change["new"]
+        if not value or len(value) < 2:
+            return
+        self._apply(layer=self.state.reference_layer(self.state.selection.strip, int(value[0])), head=int(value[1]))
+
+    def _export_clicked(self) -> None:
+        try:
+            out = self.export(self.export_path.value or "explore_view.png")
+        except (OSError, ValueError) as err:
+            self.export_note.value = f"<span style='color:#a00'>export failed: {err}</span>"
+            return
+        self.export_note.value = f"wrote {out['png']} (+ .npz, .py)"
 
     # ------------------------------------------------------------------ outputs
     def snapshot(self):

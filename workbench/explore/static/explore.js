@@ -77,31 +77,43 @@ function imageCanvas(model) {
   return c;
 }
 
-function drawPanel(canvas, base, map, grid, vmin, vmax, outline, cell, pruned) {
+// blue - white - red for signed maps (differences), 0 = white
+function diverging(t) {
+  if (!(t >= 0)) t = 0;
+  if (t > 1) t = 1;
+  const lo = [33, 102, 172], mid = [247, 247, 247], hi = [178, 24, 43];
+  const [a, b, f] = t < 0.5 ? [lo, mid, t / 0.5] : [mid, hi, (t - 0.5) / 0.5];
+  return a.map((c, k) => Math.round(c + f * (b[k] - c)));
+}
+
+function drawPanel(canvas, base, map, grid, vmin, vmax, outline, cell, pruned, opts = {}) {
   const ctx = canvas.getContext("2d");
   const size = canvas.width;
+  const cmap = opts.diverging ? diverging : colour;
   ctx.imageSmoothingEnabled = false;
   ctx.clearRect(0, 0, size, size);
   if (base) ctx.drawImage(base, 0, 0, size, size);
   const [gh, gw] = grid;
   const ch = size / gh, cw = size / gw;
   if (map) {
-    ctx.globalAlpha = 0.75;
+    ctx.globalAlpha = opts.alpha ?? 0.75;
     for (let y = 0; y < gh; y++) {
       for (let x = 0; x < gw; x++) {
         const v = map[y * gw + x];
         if (Number.isNaN(v)) continue;
-        const [r, g, b] = colour((v - vmin) / ((vmax - vmin) || 1));
+        const [r, g, b] = cmap((v - vmin) / ((vmax - vmin) || 1));
         ctx.fillStyle = `rgb(${r},${g},${b})`;
         ctx.fillRect(x * cw, y * ch, Math.ceil(cw), Math.ceil(ch));
       }
     }
     ctx.globalAlpha = 1;
   }
-  ctx.strokeStyle = "rgba(255,255,255,0.18)";
-  ctx.lineWidth = 1;
-  for (let y = 1; y < gh; y++) { ctx.beginPath(); ctx.moveTo(0, y * ch); ctx.lineTo(size, y * ch); ctx.stroke(); }
-  for (let x = 1; x < gw; x++) { ctx.beginPath(); ctx.moveTo(x * cw, 0); ctx.lineTo(x * cw, size); ctx.stroke(); }
+  if (opts.gridLines !== false) {
+    ctx.strokeStyle = "rgba(255,255,255,0.18)";
+    ctx.lineWidth = 1;
+    for (let y = 1; y < gh; y++) { ctx.beginPath(); ctx.moveTo(0, y * ch); ctx.lineTo(size, y * ch); ctx.stroke(); }
+    for (let x = 1; x < gw; x++) { ctx.beginPath(); ctx.moveTo(x * cw, 0); ctx.lineTo(x * cw, size); ctx.stroke(); }
+  }
   if (outline) {
     ctx.strokeStyle = "white";
     ctx.lineWidth = 1.5;
@@ -118,27 +130,30 @@ function drawPanel(canvas, base, map, grid, vmin, vmax, outline, cell, pruned) {
     }
   }
   if (cell && cell[0] >= 0) {
+    const [sy, sx] = opts.cellSize || [1, 1];
     ctx.strokeStyle = "red";
     ctx.lineWidth = 2.5;
-    ctx.strokeRect(cell[1] * cw + 1, cell[0] * ch + 1, cw - 2, ch - 2);
+    ctx.strokeRect(cell[1] * cw + 1, cell[0] * ch + 1, sx * cw - 2, sy * ch - 2);
   }
   if (pruned) {
-    ctx.fillStyle = "rgba(128,128,128,0.7)";
+    ctx.fillStyle = "rgba(128,128,128,0.75)";
     ctx.fillRect(0, 0, size, size);
-    ctx.fillStyle = "white";
-    ctx.font = "bold 14px sans-serif";
-    ctx.fillText("pruned", size / 2 - 24, size / 2);
+    if (size >= 100) {
+      ctx.fillStyle = "white";
+      ctx.font = "bold 14px sans-serif";
+      ctx.fillText("pruned", size / 2 - 24, size / 2);
+    }
   }
 }
 
-function colourBar(vmin, vmax, units) {
+function colourBar(vmin, vmax, units, diverging_) {
   const box = el("div", "wbx-cbar");
   const c = document.createElement("canvas");
   c.width = PANEL;
   c.height = 10;
   const ctx = c.getContext("2d");
   for (let x = 0; x < PANEL; x++) {
-    const [r, g, b] = colour(x / (PANEL - 1));
+    const [r, g, b] = (diverging_ ? diverging : colour)(x / (PANEL - 1));
     ctx.fillStyle = `rgb(${r},${g},${b})`;
     ctx.fillRect(x, 0, 1, 10);
   }
@@ -151,19 +166,25 @@ function colourBar(vmin, vmax, units) {
   return box;
 }
 
+const COLOURS = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
+
+// the agreement strip: per student, JS and top-10% overlap per reference layer, for the selected head (or the mean)
 function agreementChart(state) {
   const box = el("div", "wbx-agree");
   const names = Object.keys(state.agreement || {});
   if (!names.length) return box;
-  const layers = state.ref_layers.length;
-  const W = 400, H = 110, L = 34, B = 22, PW = W - L - 110; // plot width; the legend at its right
-  const colours = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
+  const labels = state.ref_layers;
+  const layers = labels.length;
+  const perHead = state.head !== null && state.head !== undefined;
+  const W = 400, H = 124, L = 34, B = 34, PW = W - L - 110; // plot width; the legend at its right
   for (const metric of ["js", "topk"]) {
+    const key = perHead ? `${metric}_head` : metric;
     const c = document.createElement("canvas");
     c.width = W;
     c.height = H;
     c.className = "wbx-chart";
     c.dataset.metric = metric;
+    c.dataset.series = key;
     const ctx = c.getContext("2d");
     ctx.fillStyle = "white";
     ctx.fillRect(0, 0, W, H);
@@ -171,20 +192,27 @@ function agreementChart(state) {
     ctx.strokeRect(L, 4, PW, H - B - 4);
     ctx.fillStyle = "#333";
     ctx.font = "10px sans-serif";
-    ctx.fillText(metric === "js" ? "JS (bits)" : "top-10% overlap", L + 4, 14);
+    const what = metric === "js" ? "JS (bits)" : "top-10% overlap";
+    ctx.fillText(`${what}, ${perHead ? "head " + state.head : "mean over heads"}`, L + 4, 14);
     ctx.fillText("1", L - 10, 10);
     ctx.fillText("0", L - 10, H - B);
-    ctx.fillText("layer", L + PW / 2 - 10, H - 4);
     const px = (i) => L + (layers > 1 ? i / (layers - 1) : 0.5) * (PW - 6) + 3;
     const py = (v) => 4 + (1 - v) * (H - B - 8);
+    const every = Math.max(1, Math.ceil(layers / 12));
+    ctx.textAlign = "center";
+    labels.forEach((lab, i) => { if (i % every === 0 || i === state.layer) ctx.fillText(String(lab), px(i), H - B + 12); });
+    ctx.fillText("reference layer", L + PW / 2, H - 6);
+    ctx.textAlign = "start";
+    let any = false;
     names.forEach((name, n) => {
-      const vals = state.agreement[name][metric];
-      ctx.strokeStyle = colours[n % colours.length];
-      ctx.fillStyle = colours[n % colours.length];
+      const vals = state.agreement[name][key] || [];
+      ctx.strokeStyle = COLOURS[n % COLOURS.length];
+      ctx.fillStyle = COLOURS[n % COLOURS.length];
       ctx.beginPath();
       let started = false;
       vals.forEach((v, i) => {
         if (v === null) { started = false; return; }
+        any = true;
         if (!started) ctx.moveTo(px(i), py(v)); else ctx.lineTo(px(i), py(v));
         started = true;
       });
@@ -192,6 +220,10 @@ function agreementChart(state) {
       vals.forEach((v, i) => { if (v !== null) ctx.fillRect(px(i) - 2, py(v) - 2, 4, 4); });
       ctx.fillText(name, L + PW + 8, 14 + 12 * n);
     });
+    if (!any) {
+      ctx.fillStyle = "#777";
+      ctx.fillText(perHead ? `no head ${state.head} to compare here` : "not comparable (other keys)", L + 20, H / 2 - 8);
+    }
     ctx.strokeStyle = "#000";
     ctx.setLineDash([3, 3]);
     ctx.beginPath();
@@ -203,94 +235,171 @@ function agreementChart(state) {
   return box;
 }
 
+// the value under the pointer of a panel canvas
+function hoverReadout(canvas, readout, p, map, state) {
+  canvas.addEventListener("mousemove", (ev) => {
+    const r = canvas.getBoundingClientRect();
+    const [gh, gw] = p.grid;
+    const y = Math.min(gh - 1, Math.floor(((ev.clientY - r.top) / r.height) * gh));
+    const x = Math.min(gw - 1, Math.floor(((ev.clientX - r.left) / r.width) * gw));
+    const v = map ? map[y * gw + x] : NaN;
+    const what = state.query_label.startsWith("key ") ? "query" : "key";
+    readout.textContent = `${p.label} · ${what} (${y}, ${x}): ${fmt(v)} ${p.units || ""}`;
+    readout.dataset.model = p.label;
+    readout.dataset.value = Number.isNaN(v) ? "" : String(v);
+  });
+  canvas.addEventListener("mouseleave", () => { readout.textContent = "hover a panel for its value"; });
+}
+
 function render({ model, el: root }) {
   root.classList.add("wbx");
   let base = null;
   let clicks = 0;
+  let picks = 0;
+  let pending = false;
+
+  function sendClick(c, ev) {
+    const r = c.getBoundingClientRect();
+    const fy = (ev.clientY - r.top) / r.height, fx = (ev.clientX - r.left) / r.width;
+    clicks += 1;
+    model.set("click", [fy, fx, clicks]);
+    model.save_changes();
+  }
 
   function redraw() {
+    pending = false;
     const state = model.get("state") || {};
+    const pixelsOf = model.get("image_id") || "";
     root.innerHTML = "";
     const err = model.get("error");
     if (err) root.appendChild(el("div", "wbx-error", err));
     if (!state.panels) return;
     const head = state.head === null ? "mean over heads" : `head ${state.head}`;
     const title = el("div", "wbx-title");
-    title.appendChild(el("span", "wbx-query", `query: ${state.query_label}`));
-    title.appendChild(el("span", "", ` · ${state.image_id} · ${head} · click a patch on any panel`));
+    title.appendChild(el("span", "wbx-query", state.query_label.startsWith("key ") ? state.query_label : `query: ${state.query_label}`));
+    const idSpan = el("span", "wbx-image-id", state.image_id);
+    title.appendChild(el("span", "", " · "));
+    title.appendChild(idSpan);
+    title.appendChild(el("span", "", ` · ${head} · click a patch on any panel`));
     root.appendChild(title);
+    const readout = el("div", "wbx-readout", "hover a panel for its value");
     const row = el("div", "wbx-row");
+    row.style.gridTemplateColumns = `repeat(${state.panels.length + 1}, minmax(110px, ${PANEL}px))`;
+    // the image alone, with the query marked
+    const ref = state.panels[0];
+    const ibox = el("div", "wbx-panel");
+    ibox.appendChild(el("div", "wbx-label", "image"));
+    ibox.appendChild(el("div", "wbx-sub wbx-note", pixelsOf));
+    const ic = document.createElement("canvas");
+    ic.width = PANEL;
+    ic.height = PANEL;
+    ic.className = "wbx-canvas wbx-image";
+    ic.dataset.imageId = pixelsOf;
+    ic.dataset.mapImageId = pixelsOf;
+    drawPanel(ic, base, null, ref.grid, 0, 1, null, ref.cell, false, { gridLines: false, cellSize: ref.cell_size });
+    ic.addEventListener("click", (ev) => sendClick(ic, ev));
+    ibox.appendChild(ic);
+    row.appendChild(ibox);
     const maps = halves(model.get("panels"));
     const outlines = bytesOf(model.get("outlines"));
     let off = 0, ooff = 0;
-    state.panels.forEach((p, i) => {
+    state.panels.forEach((p) => {
       const n = p.grid[0] * p.grid[1];
-      const map = maps.subarray(off, off + n);
+      let map = maps.subarray(off, off + n);
       off += n;
       let outline = null;
       if (p.outline) { outline = outlines.subarray(ooff, ooff + n); ooff += n; }
       const box = el("div", "wbx-panel");
       box.appendChild(el("div", "wbx-label", `${p.label} · ${p.measure}`));
-      box.appendChild(el("div", "wbx-sub", `layer ${p.layer}${p.note ? " · " + p.note : ""}`));
+      const wrong = p.image_id !== pixelsOf;
+      let sub = `layer ${p.layer}${p.note ? " · " + p.note : ""}`;
+      if (wrong) {
+        sub = `maps of ${p.image_id} are not drawn over ${pixelsOf}`;
+        map = null;
+      }
+      box.appendChild(el("div", wrong ? "wbx-sub wbx-note wbx-bad" : "wbx-sub wbx-note", sub));
       const c = document.createElement("canvas");
       c.width = PANEL;
       c.height = PANEL;
-      c.className = "wbx-canvas";
+      c.className = "wbx-canvas wbx-map";
       c.dataset.model = p.label;
-      drawPanel(c, base, map, p.grid, p.vmin ?? 0, p.vmax ?? 1, outline, p.cell, p.pruned);
-      c.addEventListener("click", (ev) => {
-        const r = c.getBoundingClientRect();
-        const fy = (ev.clientY - r.top) / r.height, fx = (ev.clientX - r.left) / r.width;
-        clicks += 1;
-        model.set("click", [fy, fx, clicks]);
-        model.save_changes();
-      });
+      c.dataset.imageId = pixelsOf;
+      c.dataset.mapImageId = p.image_id;
+      c.dataset.pruned = p.pruned ? "1" : "0";
+      drawPanel(c, base, map, p.grid, p.vmin ?? 0, p.vmax ?? 1, outline, p.cell, p.pruned,
+        { diverging: p.diverging, cellSize: p.cell_size });
+      c.addEventListener("click", (ev) => sendClick(c, ev));
+      hoverReadout(c, readout, p, map, state);
       box.appendChild(c);
-      if (p.prefix_kinds.length) {
-        box.appendChild(el("div", "wbx-sub", p.prefix_kinds.map((k, j) => `${k}: ${fmt(p.prefix[j])}`).join(" · ")));
+      const extras = [];
+      if (p.prefix_kinds.length) extras.push(p.prefix_kinds.map((k, j) => `${k}: ${fmt(p.prefix[j])}`).join(" · "));
+      if (p.exclude_query && p.self_value !== null && p.self_value !== undefined) {
+        extras.push(`query's own token ${fmt(p.self_value)}: left out of the scale`);
       }
-      box.appendChild(colourBar(p.vmin ?? 0, p.vmax ?? 1, p.units));
+      if (extras.length) box.appendChild(el("div", "wbx-sub", extras.join(" · ")));
+      box.appendChild(colourBar(p.vmin ?? 0, p.vmax ?? 1, p.units, p.diverging));
       row.appendChild(box);
     });
     root.appendChild(row);
+    root.appendChild(readout);
     root.appendChild(agreementChart(state));
-    // layer x head thumbnails of one model
+    root.appendChild(thumbnails(state));
+  }
+
+  // layer x head thumbnails of one model; a click selects that layer and head
+  function thumbnails(state) {
     const s = state.strip;
     const [L, H, gh, gw] = s.shape;
     const thumbs = bytesOf(model.get("strip"));
     const strip = el("div", "wbx-strip");
-    strip.appendChild(el("div", "wbx-label", `${s.label}: every layer and head for this query (each thumbnail scaled to its own max; grey = pruned)`));
+    strip.appendChild(el("div", "wbx-label", `${s.label}: every layer and head for this query (each thumbnail scaled to its own max; grey = pruned; click one to select its layer and head)`));
     const grid = el("div", "wbx-grid");
-    grid.style.gridTemplateColumns = `40px repeat(${H}, ${THUMB}px)`;
+    grid.style.gridTemplateColumns = `48px repeat(${H}, ${THUMB}px)`;
     grid.appendChild(el("div", "wbx-sub", ""));
     for (let h = 0; h < H; h++) grid.appendChild(el("div", "wbx-sub", `h${h}`));
     for (let l = 0; l < L; l++) {
       grid.appendChild(el("div", "wbx-sub", `L${s.layers[l]}`));
+      const has = s.heads ? s.heads[l] : H;
       for (let h = 0; h < H; h++) {
+        if (h >= has) { grid.appendChild(el("div", "wbx-nohead")); continue; } // a head this layer does not have
         const c = document.createElement("canvas");
         c.width = THUMB;
         c.height = THUMB;
+        c.className = "wbx-thumb";
+        c.dataset.layer = String(l);
+        c.dataset.head = String(h);
+        c.dataset.pruned = s.pruned[l][h] === 1 ? "1" : "0";
+        c.title = `layer ${s.layers[l]}, head ${h}${s.pruned[l][h] === 1 ? " (pruned)" : ""}: click to select`;
         const k = (l * H + h) * gh * gw;
         const m = new Float32Array(gh * gw);
         for (let j = 0; j < gh * gw; j++) m[j] = thumbs[k + j] === 255 ? NaN : thumbs[k + j] / 254;
-        drawPanel(c, null, m, [gh, gw], 0, 1, null, null, s.pruned[l][h] === 1);
-        if (l === state.layer && (state.head === null || state.head === h)) c.className = "wbx-current";
+        drawPanel(c, null, m, [gh, gw], 0, 1, null, null, s.pruned[l][h] === 1, { gridLines: false, alpha: 1 });
+        if (l === s.layer && (state.head === null || state.head === h)) c.classList.add("wbx-current");
+        c.addEventListener("click", () => {
+          picks += 1;
+          model.set("pick", [l, h, picks]);
+          model.save_changes();
+        });
         grid.appendChild(c);
       }
     }
     strip.appendChild(grid);
-    root.appendChild(strip);
+    return strip;
   }
 
-  function newImage() {
-    base = imageCanvas(model);
-    redraw();
+  // one redraw per batch of changes (image, state and buffers arrive together)
+  function schedule() {
+    if (pending) return;
+    pending = true;
+    queueMicrotask(redraw);
   }
 
-  model.on("change:image", newImage);
-  model.on("change:state", redraw);
-  model.on("change:error", redraw);
-  newImage();
+  model.on("change:image", () => { base = imageCanvas(model); schedule(); });
+  model.on("change:image_id", schedule);
+  model.on("change:state", schedule);
+  model.on("change:error", schedule);
+  base = imageCanvas(model);
+  redraw();
 }
 
 export default { render };
