@@ -161,9 +161,9 @@ def state_dict_sha256(model: nn.Module) -> str:
     """
     h = hashlib.sha256()
     for name, t in sorted(model.state_dict().items()):
-        t = t.detach().to("cpu").contiguous()
+        t = t.detach().contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())  # raw bytes of any dtype (bfloat16 included)
+        h.update(t.reshape(-1).view(torch.uint8).cpu().numpy().tobytes())  # raw bytes of any dtype (bfloat16 included)
     return h.hexdigest()
 
 

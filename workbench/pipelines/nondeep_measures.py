@@ -170,7 +170,7 @@ def training_update_similarity(start: nn.Module, run: Run | str) -> tuple[np.nda
     from methods.nondeep import WEIGHT_MODULES, update_similarity
     from workbench.pipelines.nondeep import load_branched
 
-    return update_similarity(start, load_branched(run)).numpy(), list(WEIGHT_MODULES)
+    return update_similarity(start, load_branched(run)).cpu().numpy(), list(WEIGHT_MODULES)
 
 
 def random_four_branch() -> nn.Module:
