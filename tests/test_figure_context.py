@@ -33,3 +33,35 @@ def test_extract_on_a_model_that_is_no_run_is_stored_and_read_back(tmp_path, mon
     forced = Context("smoke", device="cpu", force=True, log=lambda s: None)
     forced.extract("attention", "vit_demo-depth2-seed0", build, "demo:val[:2]")
     assert len(builds) == 4  # --force recomputes (once per context)
+
+
+def test_stored_data_of_another_version_of_its_function_is_recomputed(tmp_path, monkeypatch):
+    """A home built by older code holds data in an older form: the changed data function recomputes it."""
+    import xarray as xr
+
+    from workbench.figures import DATA, dataset
+    from workbench.figures.context import Context
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))
+    calls = []
+
+    def v1(ctx):
+        calls.append("v1")
+        return xr.Dataset({"value": ("i", [1.0])})
+
+    def v2(ctx):
+        calls.append("v2")
+        return xr.Dataset({"value": ("i", [1.0]), "correct": ("i", [1.0])})
+
+    try:
+        dataset("versiontoy.data")(v1)
+        ctx = Context("smoke", device="cpu", log=lambda s: None)
+        assert "correct" not in ctx.data("versiontoy.data")
+        assert ctx.is_fresh("versiontoy.data") and "correct" not in ctx.data("versiontoy.data")
+        assert calls == ["v1"]  # the same function: read back
+        dataset("versiontoy.data")(v2)  # the code changed
+        later = Context("smoke", device="cpu", log=lambda s: None)
+        assert not later.is_fresh("versiontoy.data")
+        assert "correct" in later.data("versiontoy.data") and calls == ["v1", "v2"]
+    finally:
+        DATA.pop("versiontoy.data", None)

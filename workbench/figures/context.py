@@ -199,7 +199,7 @@ class Context:
         except StoreError:
             return False
         with ds:
-            return id in self._fresh or _still_valid(ds)
+            return id in self._fresh or _still_valid(ds, id)
 
     def data(self, id: str) -> xr.Dataset:
         """The Dataset of the registered data ``id``: read back when fresh, else computed, stamped and stored."""
@@ -213,7 +213,7 @@ class Context:
         path = self.data_path(id)
         if path.exists() and (id in self._fresh or not self.force):
             ds = open_store(path)
-            if id in self._fresh or _still_valid(ds):
+            if id in self._fresh or _still_valid(ds, id):
                 self._used[-1].extend(json.loads(ds.attrs.get("sources", "[]")))
                 return ds
             ds.close()
@@ -262,13 +262,33 @@ def _stamp(ds: xr.Dataset, id: str, used: list[dict], profile: str) -> xr.Datase
              "checkpoint_sha256": joined("checkpoint_sha256"), "run": joined("run"), "weights": joined("weights"),
              "data": ds.attrs.get("data", NULL),
              "config": ds.attrs.get("config", "{}"), "created": now_iso(), **versions(),
-             "profile": profile, "sources": json.dumps(used, default=str)}
+             "profile": profile, "sources": json.dumps(used, default=str), "code": code_version(id)}
     return ds.assign_attrs({**ds.attrs, **attrs})
 
 
-def _still_valid(ds: xr.Dataset) -> bool:
-    """Every run a stored figure Dataset used still has the same checkpoint, and every store it read exists."""
+def code_version(id: str) -> str:
+    """12 hex digits of sha256 over the source of the data function ``id``: stored data computed by another version of
+    that function (e.g. one that did not yet store per-image correctness) is recomputed, not read back in an old form.
+    Helpers it calls in other modules are not covered; ``--force`` recomputes everything."""
+    import hashlib
+    import inspect
+
+    from workbench.figures import DATA
+
+    try:
+        source = inspect.getsource(DATA[id].make)
+    except (KeyError, OSError, TypeError):  # not registered here, or no source (e.g. defined interactively)
+        return NULL
+    return hashlib.sha256(source.encode()).hexdigest()[:12]
+
+
+def _still_valid(ds: xr.Dataset, id: str) -> bool:
+    """The data function ``id`` is the one that computed the stored Dataset, every run it used still has the same
+    checkpoint, and every store it read exists."""
     from workbench.runs import runs_root
+
+    if ds.attrs.get("code", NULL) != code_version(id):
+        return False
 
     for u in json.loads(ds.attrs.get("sources", "[]")):
         if u.get("store") and not Path(u["store"]).exists():
