@@ -116,7 +116,7 @@ def test_attentionlite_verdicts_follow_their_data():
         c = np.stack([(rng.random(n) < p[m]).astype(float) for m in models])
         return xr.Dataset({"correct": (("model", "sample"), c)}, coords={"model": models, "sample": np.arange(n)})
 
-    assert BASELINES.test(base(0.95)).status == "shown"
+    assert BASELINES.test(base(0.96)).status == "shown"  # level with the teacher: within 3 points whatever the draw
     assert BASELINES.test(base(0.80)).status == "not shown"
 
 
