@@ -239,7 +239,7 @@ def _mark_seeds(ax, seeds: xr.Dataset, stage: str) -> None:
     ax.legend(fontsize="x-small", frameon=True, framealpha=0.9, loc="best")
 
 
-def plot_fig4(ds: xr.Dataset, base: xr.Dataset, seeds: xr.Dataset | None = None):
+def plot_fig4(ds: xr.Dataset, base: xr.Dataset, by_seed: xr.Dataset | None = None):
     import matplotlib.pyplot as plt
 
     from workbench.plots.slimswin import plot_accuracy_vs_ratio, plot_mask_baselines
@@ -251,9 +251,9 @@ def plot_fig4(ds: xr.Dataset, base: xr.Dataset, seeds: xr.Dataset | None = None)
     seeds = json.loads(base.attrs["seeds"])
     plot_mask_baselines(acc, "no fine-tune", ax=axes[2],
                         title=f"Same r, teacher weights, no fine-tune (baselines: mean of {len(seeds)} draws)")
-    if seeds is not None:
-        _mark_seeds(axes[1], seeds, "fine-tuned")
-        _mark_seeds(axes[2], seeds, "no fine-tune")
+    if by_seed is not None:
+        _mark_seeds(axes[1], by_seed, "fine-tuned")
+        _mark_seeds(axes[2], by_seed, "no fine-tune")
     low = min(a.get_ylim()[0] for a in axes)
     for a in axes:
         a.set_ylim(low, 100.5)
