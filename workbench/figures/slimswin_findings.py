@@ -40,7 +40,7 @@ def _fig4(sweep: xr.Dataset, base: xr.Dataset, seeds: xr.Dataset) -> Verdict:
     drop = seed_diff(tuned, seeds["teacher_correct"].values)
     parts = [f"r = {r:.2f} ({n_seeds} seed{'s' * (n_seeds > 1)} per arm): SlimSwin − teacher {fmt_seed_diff(drop)}"]
     keeps = drop.low > -KEEP_TOLERANCE
-    wins, ties = [], []
+    wins, ties, worse = [], [], []
     for stage in ("fine-tuned", "no fine-tune"):
         for choice in ("random", "uniform"):
             other = c.sel(stage=stage, masks=choice).values
@@ -48,7 +48,7 @@ def _fig4(sweep: xr.Dataset, base: xr.Dataset, seeds: xr.Dataset) -> Verdict:
                 continue
             d = seed_diff(c.sel(stage=stage, masks="saliency").values, other)
             parts.append(f"{stage}, SlimSwin − {choice} {fmt_seed_diff(d)}")
-            (wins if d.low > 0 else ties).append((stage, choice))
+            (wins if d.low > 0 else worse if d.high < 0 else ties).append((stage, choice))
     stat = "; ".join(parts)
     tuned_wins = [ch for st, ch in wins if st == "fine-tuned"]
     if keeps and len(tuned_wins) == 2:
@@ -60,10 +60,13 @@ def _fig4(sweep: xr.Dataset, base: xr.Dataset, seeds: xr.Dataset) -> Verdict:
         won = [f"{ch} ({st})" for st, ch in wins]
         if won:
             why.append("better than " + ", ".join(won))
-        lost = [f"{ch} ({st})" for st, ch in ties]
+        tied = [f"{ch} ({st})" for st, ch in ties]
+        if tied:
+            why.append("no difference from " + ", ".join(tied) + " (the interval over seeds and images contains 0)")
+        lost = [f"{ch} ({st})" for st, ch in worse]
         if lost:
-            why.append("no difference from " + ", ".join(lost) + " (the interval over seeds and images contains 0)")
-        if not any(st == "fine-tuned" for st, _ in wins + ties):
+            why.append("worse than " + ", ".join(lost) + " beyond the noise of seeds and images")
+        if not any(st == "fine-tuned" for st, _ in wins + ties + worse):
             why.append("no fine-tuned baseline was trained")
         return Verdict("partly", stat, "; ".join(why))
     return Verdict("not shown", stat, "the pruned model loses accuracy and its masks do no better than random or "
