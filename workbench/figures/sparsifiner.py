@@ -263,7 +263,7 @@ def plot_fig4(runs: xr.Dataset, base: xr.Dataset | None = None, seeds: xr.Datase
         for arm, k in zip(acc.arm.values, seeds["keep_rate"].values):
             vals = acc.sel(arm=arm).values
             vals = vals[np.isfinite(vals)]
-            ax.scatter(np.full(vals.size, macs.get(float(k), np.nan)), vals, s=36, facecolors="none", edgecolors="C3",
+            ax.scatter(np.full(vals.size, macs.get(float(k), np.nan) + 0.05), vals, s=30, facecolors="none", edgecolors="0.15",
                        lw=1.1, zorder=4, label=f"each of {seeds.sizes['seed']} seeds (after phase 2)"
                        if arm == acc.arm.values[0] else None)
         ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2, frameon=False)
@@ -519,7 +519,7 @@ figure("sparsifiner.fig4", paper=PAPER, data=("sparsifiner.runs", "sparsifiner.b
                "at keep rates 0.5, 0.25, 0.1 (B = 25, 13, 5 of 50 keys; paper convention: QKᵀ, AV and the "
                "connectivity predictor at its measured up-projection density), after phase 2 (solid), after phase 1 "
                "only (backbone not adapted, dashed) and with an untrained predictor (dotted), with the dense "
-               "teacher (star) and the Linformer baseline at k = B of keep 0.25 (diamond); red circles: the students of "
+               "teacher (star) and the Linformer baseline at k = B of keep 0.25 (diamond); black circles (beside each keep rate): the students of "
                "every training seed of the profile's budget (demo: 3, each with its own phase 1), whose spread the "
                "verdict's interval includes (sparsifiner.fig4_seeds); right: the paper's Table 2 (DeiT-S on ImageNet) "
                "for the shape of the curve.")
