@@ -86,32 +86,7 @@ def test_masked_teacher_against_recomputation():
 
 
 # ------------------------------------------------------------------------------------------ verdicts follow data
-def _slimswin_base(saliency_right: float, rng) -> xr.Dataset:
-    """A mask_comparison-shaped Dataset: 1000 images, teacher 95 %, baselines 85 %, SlimSwin ``saliency_right``."""
-    n, ratios = 1000, [1 / 3, 2 / 3]
-    teacher = (rng.random(n) < 0.95).astype(float)
-    correct = np.full((2, 3, 2, n), np.nan)
-    for s in range(2):
-        for j in range(2):
-            correct[s, 0, j] = np.where(rng.random(n) < saliency_right, teacher, 1 - teacher)
-            correct[s, 1, j] = np.where(rng.random(n) < 0.88, teacher, 1 - teacher)
-            correct[s, 2, j] = np.where(rng.random(n) < 0.88, teacher, 1 - teacher)
-    return xr.Dataset({"correct": (("stage", "masks", "ratio", "sample"), correct), "teacher_correct": ("sample", teacher)},
-                      coords={"stage": ["no fine-tune", "fine-tuned"], "masks": ["saliency", "random", "uniform"],
-                              "ratio": ratios, "sample": np.arange(n)}, attrs={"seeds": "[0]"})
-
-
-def test_slimswin_fig4_verdict_follows_its_data():
-    from workbench.figures.slimswin_findings import FIG4
-
-    rng = np.random.default_rng(0)
-    sweep = xr.Dataset(coords={"ratio": [1 / 3, 2 / 3]})
-    good = FIG4.test(sweep, _slimswin_base(0.995, rng))
-    assert good.status == "shown" and "SlimSwin − random" in good.statistic
-    tie = FIG4.test(sweep, _slimswin_base(0.88, rng))  # SlimSwin's masks no better than the baselines
-    assert tie.status in ("partly", "not shown") and "no difference" in tie.statistic
-
-
+# slimswin.fig4 and attentionlite.fig2 (verdicts over training seeds): tests/verdict_cases_seeds.py
 def test_sparsifiner_mask_verdict_follows_its_data():
     from workbench.figures.sparsifiner_findings import BASELINES
 
@@ -130,7 +105,7 @@ def test_sparsifiner_mask_verdict_follows_its_data():
 
 
 def test_attentionlite_verdicts_follow_their_data():
-    from workbench.figures.attentionlite_findings import BASELINES, FIG2
+    from workbench.figures.attentionlite_findings import BASELINES
 
     rng = np.random.default_rng(2)
     n = 1000
@@ -141,10 +116,7 @@ def test_attentionlite_verdicts_follow_their_data():
         c = np.stack([(rng.random(n) < p[m]).astype(float) for m in models])
         return xr.Dataset({"correct": (("model", "sample"), c)}, coords={"model": models, "sample": np.arange(n)})
 
-    curves = xr.Dataset(attrs={"density": 0.25})
-    assert FIG2.test(curves, base(0.95)).status == "shown"
-    assert FIG2.test(curves, base(0.85)).status == "not shown"
-    assert BASELINES.test(base(0.95)).status == "shown"
+    assert BASELINES.test(base(0.96)).status == "shown"  # level with the teacher: within 3 points whatever the draw
     assert BASELINES.test(base(0.80)).status == "not shown"
 
 

@@ -89,22 +89,7 @@ def test_intervals_against_independent_computation(level):
         assert lo < d.mean() < hi and (hi - lo) < (uhi - ulo)  # pairing narrows the interval
 
 
-def _table5(gap: float, n: int = 1000, seed: int = 0) -> xr.Dataset:
-    """nondeep.table5's layout: per-image correctness of the instant / linear ✗ / linear ✓ rows on the same images."""
-    rng = np.random.default_rng(seed)
-    base = rng.random(n) < 0.8
-    flip = rng.random(n) < abs(gap)
-    lin = np.where(flip, True, base) if gap > 0 else base
-    return xr.Dataset({"correct": (("row", "sample"), np.stack([base, lin, lin]).astype(bool))},
-                      coords={"schedule": ("row", ["instant", "linear", "linear"]), "div": ("row", [False, False, True])})
-
-
-def test_nondeep_table5_verdict_follows_the_data():
-    from workbench.figures.findings_nondeep import table5_verdict
-
-    assert table5_verdict(_table5(0.3)).status == "shown"
-    v = table5_verdict(_table5(0.0))
-    assert v.status == "not shown" and "no difference" in v.reason and "+0.0 points" in v.statistic
+# nondeep.table5 (a verdict over training seeds): tests/verdict_cases_seeds.py
 
 
 def test_far_table1_verdict_is_paired_per_image():

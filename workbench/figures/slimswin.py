@@ -98,6 +98,59 @@ def baselines_data(ctx: Context) -> xr.Dataset:
     return mask_comparison(teacher, by_ratio, base, ctx.profile.name, b.baseline_seeds, device=ctx.device)
 
 
+@dataset("slimswin.fig4_seeds", after=("teacher.swin",))
+def fig4_seeds_data(ctx: Context) -> xr.Dataset:
+    """Per-seed held-out correctness at the largest fine-tuned baseline ratio r, for every seed of the budget's
+    ``run_seeds`` (:mod:`workbench.figures.seeds`): ``correct(stage, masks, seed, sample)`` — fine-tuned: the SlimSwin
+    run and its random / uniform baselines of that seed; no fine-tune: that seed's learned masks, and the baselines'
+    masks as in ``slimswin.baselines`` (the mean over ``baseline_seeds`` draws, the same for every seed), on the
+    teacher's weights — with ``teacher_correct(sample)``. The other seeds train first (a seed's SlimSwin run starts
+    from the teacher: the same as the chained sweep, at r only); the first seed's runs (the sweep's and
+    ``slimswin.baselines``') are reused last."""
+    import numpy as np
+
+    from workbench.figures.seeds import correctness_by_seed
+    from workbench.pipelines import budget
+    from workbench.pipelines.slimswin import load_masks
+    from workbench.pipelines.slimswin_baselines import MASK_CHOICES, baseline_masks, masked_correctness
+
+    b = budget("slimswin", ctx.profile)
+    teacher = ctx.teacher("swin")
+    r = float(max(b.baseline_ratios or b.ratios))
+    choices = ("random", "uniform") if b.baseline_ratios else ()
+    runs = {}
+    for s in b.run_seeds[1:]:
+        runs[("saliency", s)] = ctx.run("slimswin", teacher.id, ratio=r, seed=s)
+        runs.update({(c, s): ctx.run("slimswin", teacher.id, ratio=r, masks=c, seed=s) for c in choices})
+    first = b.run_seeds[0]
+    runs[("saliency", first)] = {float(x.config["slimswin"]["target_ratio"]): x for x in sweep(ctx)[1]}[r]
+    runs.update({(c, first): ctx.run("slimswin", teacher.id, ratio=r, masks=c, seed=first) for c in choices})
+    tuned = correctness_by_seed(ctx, runs)
+    seeds = [int(s) for s in tuned.seed.values]
+    base = ctx.model(teacher)
+    learned = {s: load_masks(runs[("saliency", s)]) for s in seeds}
+    pruned = int(sum(int((~m).sum()) for m in learned[first]))
+    masks = {**{f"saliency/{s}": m for s, m in learned.items()},
+             **{f"{c}/{d}": baseline_masks(base, pruned, c, seed=d) for c in ("random", "uniform") for d in b.baseline_seeds}}
+    got = masked_correctness(teacher, masks, ctx.profile.name, ctx.device, runs[("saliency", first)].config["slimswin"][
+        "gate_mode"])
+    n = tuned.sizes["sample"]
+    correct = np.full((2, len(MASK_CHOICES), len(seeds), n), np.nan)  # (stage, masks, seed, sample)
+    for j, s in enumerate(seeds):
+        correct[0, 0, j] = got[f"saliency/{s}"]
+        for i, c in enumerate(MASK_CHOICES[1:], start=1):
+            correct[0, i, j] = np.mean([got[f"{c}/{d}"] for d in b.baseline_seeds], axis=0)
+    for i, c in enumerate(MASK_CHOICES):
+        if c in tuned.arm.values:
+            correct[1, i] = tuned["correct"].sel(arm=c).values
+    return xr.Dataset(
+        {"correct": (("stage", "masks", "seed", "sample"), correct),
+         "teacher_correct": ("sample", got["teacher"].astype(float)), "run": tuned["run"]},
+        coords={"stage": ["no fine-tune", "fine-tuned"], "masks": list(MASK_CHOICES), "seed": seeds,
+                "sample": np.arange(n)},
+        attrs={"ratio": r, "pruned_pairs": pruned, "draws": json.dumps(list(b.baseline_seeds))})
+
+
 @dataset("slimswin.masks", after=("slimswin.sweep",))
 def masks_data(ctx: Context) -> xr.Dataset:
     """The ``window_saliency`` Dataset (masks included) of every run of the sweep, along ``ratio``."""
@@ -169,7 +222,24 @@ def _with_intervals(base: xr.Dataset) -> xr.Dataset:
         sample=base["sample"])
 
 
-def plot_fig4(ds: xr.Dataset, base: xr.Dataset):
+def _mark_seeds(ax, seeds: xr.Dataset, stage: str) -> None:
+    """Each seed's accuracy at the seeds' ratio, one hollow marker per seed beside each choice's point."""
+    import numpy as np
+
+    from workbench.plots.slimswin import MASK_STYLES
+
+    acc = 100 * seeds["correct"].sel(stage=stage).mean("sample")  # (masks, seed)
+    r = float(seeds.attrs["ratio"])
+    for i, choice in enumerate(acc.masks.values):
+        vals = acc.sel(masks=choice).values
+        vals = vals[np.isfinite(vals)]
+        _, color, _ = MASK_STYLES.get(str(choice), ("x", "0.4", str(choice)))
+        ax.scatter(np.full(vals.size, r + 0.012 * (i + 1)), vals, s=20, facecolors="none", edgecolors=color, lw=1.0,
+                   zorder=4, label=f"each of {seeds.sizes['seed']} seeds" if i == 0 else None)
+    ax.legend(fontsize="x-small", frameon=True, framealpha=0.9, loc="best")
+
+
+def plot_fig4(ds: xr.Dataset, base: xr.Dataset, by_seed: xr.Dataset | None = None):
     import matplotlib.pyplot as plt
 
     from workbench.plots.slimswin import plot_accuracy_vs_ratio, plot_mask_baselines
@@ -181,6 +251,9 @@ def plot_fig4(ds: xr.Dataset, base: xr.Dataset):
     seeds = json.loads(base.attrs["seeds"])
     plot_mask_baselines(acc, "no fine-tune", ax=axes[2],
                         title=f"Same r, teacher weights, no fine-tune (baselines: mean of {len(seeds)} draws)")
+    if by_seed is not None:
+        _mark_seeds(axes[1], by_seed, "fine-tuned")
+        _mark_seeds(axes[2], by_seed, "no fine-tune")
     low = min(a.get_ylim()[0] for a in axes)
     for a in axes:
         a.set_ylim(low, 100.5)
@@ -248,7 +321,7 @@ figure("slimswin.fig3", paper=PAPER, data="slimswin.saliency", plot=plot_fig3, f
                "d cross-entropy / d gate| for every window (painted over its pixels, borders in white) of each "
                "prunable layer (rows) and head (columns) -- the score Algorithm 1 ranks globally, least salient pruned "
                "first. White contour: the mean digit of the images.")
-figure("slimswin.fig4", paper=PAPER, data=("slimswin.sweep", "slimswin.baselines"), plot=plot_fig4,
+figure("slimswin.fig4", paper=PAPER, data=("slimswin.sweep", "slimswin.baselines", "slimswin.fig4_seeds"), plot=plot_fig4,
        finding=findings.FIG4,
        caption="Held-out top-1 accuracy of the demo Swin pruned by SlimSwin against the achieved global ratio of pruned "
                "window-head pairs (r = 1/3, 4/9, 5/9, 2/3 above each point, reached exactly: 48 / 64 / 80 / 96 of the demo's "
@@ -258,8 +331,10 @@ figure("slimswin.fig4", paper=PAPER, data=("slimswin.sweep", "slimswin.baselines
                "prunable layers, and the same share r of every layer (a prespecified layer-wise ratio, random pairs "
                "inside each layer); middle: given exactly SlimSwin's fine-tunes (the same subsets, seeds and learning "
                "rate), at the ratios the profile's budget trains them; right: the masks alone on the unpruned "
-               "teacher's weights (SlimSwin's learned masks vs the mean of random draws). Differences are tested "
-               "paired, on the same held-out images.")
+               "teacher's weights (SlimSwin's learned masks vs the mean of random draws). Hollow markers: every training "
+               "seed of SlimSwin and of its fine-tuned baselines at that ratio (demo: 3; slimswin.fig4_seeds). The "
+               "verdict tests each difference per seed, paired on the same held-out images, with a t interval over "
+               "the seeds.")
 _LAYER_CAPTION = ("Layer-wise pruning ratios of the demo Swin at global ratio r = {r} (the paper's Fig. {n}, r ≈ {p}): the "
                   "pruned share of each layer's window-head pairs that the global saliency ranking produced; numbers are "
                   "pruned / all pairs; the last stage (single window) is not pruned.")

@@ -199,6 +199,26 @@ def baselines_data(ctx: Context) -> xr.Dataset:
         linformer_keep_rate=float(lin.manifest["results"]["keep_rate"]))
 
 
+@dataset("sparsifiner.fig4_seeds", after=("teacher.vit",))
+def fig4_seeds_data(ctx: Context) -> xr.Dataset:
+    """Per-seed held-out correctness ``correct(arm, seed, sample)`` of the keep-rate students (``arm``: ``keep 0.25``,
+    coord ``keep_rate``) on the budget's ``sweep_seeds`` — each seed with its own phase-1 run — and the teacher's
+    ``teacher_correct(sample)`` (:mod:`workbench.figures.seeds`). The other seeds train first, the first seed
+    (``sparsifiner.runs``'s students, trained meanwhile) is reused last."""
+    from workbench.figures.seeds import correctness_by_seed
+    from workbench.pipelines.heldout import correctness
+
+    b = ctx.budget("sparsifiner")
+    teacher = ctx.teacher("vit")
+    seeds = list(b.sweep_seeds[1:]) + list(b.sweep_seeds[:1])
+    runs = {(f"keep {float(k):g}", s): ctx.run("sparsifiner", teacher.id, keep_rate=k, seed=s)
+            for s in seeds for k in b.keep_rates}
+    ds = correctness_by_seed(ctx, runs)
+    model = ctx.model(teacher)
+    return ds.assign(teacher_correct=("sample", correctness(model, ctx.heldout(model), ctx.device).astype(float)))\
+        .assign_coords(keep_rate=("arm", [float(k) for k in b.keep_rates]))
+
+
 @dataset("sparsifiner.flops")
 def flops_data(ctx: Context) -> xr.Dataset:
     """Our MHSA MACs at the real DeiT-S, DeiT-T@384 and LV-ViT-S architectures beside the paper's Tables 1–3."""
@@ -230,11 +250,24 @@ def plot_baselines(base: xr.Dataset):
                                      f"{base.attrs.get('profile')}; 95 % Wilson intervals, {n} images)")
 
 
-def plot_fig4(runs: xr.Dataset, base: xr.Dataset | None = None):
+def plot_fig4(runs: xr.Dataset, base: xr.Dataset | None = None, seeds: xr.Dataset | None = None):
     from workbench.plots.sparsifiner import plot_accuracy_vs_macs
 
     profile = runs.attrs.get("profile")
-    return plot_accuracy_vs_macs(runs, title=f"Accuracy against MHSA MACs over keep rates (profile {profile})")
+    fig = plot_accuracy_vs_macs(runs, title=f"Accuracy against MHSA MACs over keep rates (profile {profile})")
+    if seeds is not None:  # every seed's student beside the first seed's curve
+        ax = fig.axes[0]
+        sp = runs.isel(row=runs["kind"].values == "sparsifiner")
+        macs = {float(k): float(m) / 1e6 for k, m in zip(sp["keep_rate"].values, sp["mhsa_macs"].values)}
+        acc = 100 * seeds["correct"].mean("sample")  # (arm, seed)
+        for arm, k in zip(acc.arm.values, seeds["keep_rate"].values):
+            vals = acc.sel(arm=arm).values
+            vals = vals[np.isfinite(vals)]
+            ax.scatter(np.full(vals.size, macs.get(float(k), np.nan) + 0.05), vals, s=30, facecolors="none", edgecolors="0.15",
+                       lw=1.1, zorder=4, label=f"each of {seeds.sizes['seed']} seeds (after phase 2)"
+                       if arm == acc.arm.values[0] else None)
+        ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2, frameon=False)
+    return fig
 
 
 def plot_fig5(ds: xr.Dataset):
@@ -479,14 +512,17 @@ figure("sparsifiner.fig3", paper=PAPER, data="sparsifiner.maps", plot=plot_fig3,
                "(Eq. 4: the kept entries keep their full-softmax values) and (d) the dense teacher's attention of "
                "the same query, for every layer (rows) and head; maps on the 7×7 patch grid with the digit's "
                "outline, the CLS key not drawn; (c) and (d) share one colour scale per layer (probability).")
-figure("sparsifiner.fig4", paper=PAPER, data=("sparsifiner.runs", "sparsifiner.baselines"), plot=plot_fig4,
+figure("sparsifiner.fig4", paper=PAPER, data=("sparsifiner.runs", "sparsifiner.baselines", "sparsifiner.fig4_seeds"),
+       plot=plot_fig4,
        finding=findings.FIG4,
        caption="Fig. 4: held-out top-1 accuracy of the demo Sparsifiner students against their MHSA MACs per image "
                "at keep rates 0.5, 0.25, 0.1 (B = 25, 13, 5 of 50 keys; paper convention: QKᵀ, AV and the "
                "connectivity predictor at its measured up-projection density), after phase 2 (solid), after phase 1 "
                "only (backbone not adapted, dashed) and with an untrained predictor (dotted), with the dense "
-               "teacher (star) and the Linformer baseline at k = B of keep 0.25 (diamond); right: the paper's Table "
-               "2 (DeiT-S on ImageNet) for the shape of the curve.")
+               "teacher (star) and the Linformer baseline at k = B of keep 0.25 (diamond); black circles (beside each keep rate): the students of "
+               "every training seed of the profile's budget (demo: 3, each with its own phase 1), whose spread the "
+               "verdict's interval includes (sparsifiner.fig4_seeds); right: the paper's Table 2 (DeiT-S on ImageNet) "
+               "for the shape of the curve.")
 figure("sparsifiner.fig5", paper=PAPER, data="sparsifiner.maps", plot=plot_fig5, finding=findings.FIG5,
        caption="Fig. 5: the same query patch, head 0, every layer: (b) the dense teacher's attention, (c) Linformer's "
                "low-rank map A·F (the T×T matrix its A multiplies into V through F; signed, diverging colours), (d) "

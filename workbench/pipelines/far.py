@@ -16,7 +16,9 @@ Replacement" (papers/000), on top of :mod:`methods.far`:
    masked model's function) and ``masks.safetensors`` holds the keep-mask ``(layer, head,
    direction, unit)``, from which :func:`load_model` rebuilds the shrunk architecture.
 3. **Table 3 ablation** (``far_table3_<schedule>-vit-demo``): the four schedules with the profile's
-   shorter ``ablation`` budgets, all four alike (so "combined" is its own short run there).
+   shorter ``ablation`` budgets, all four alike (so "combined" is its own short run there). ``--seed S`` (S > 0)
+   trains another seed of it (``far_table3_<schedule>_s<S>-vit-demo``: the substitutes' initialisation, the shuffling
+   and augmentation); seed 0 is the run above.
 
 Every phase checkpoints each epoch under its run's phase directory (``distill/``, ``finetune/``,
 ``regularise/``, ``masked_finetune/``); an interrupted run resumes where it stopped. Budgets per
@@ -77,11 +79,12 @@ Schedule = Literal["scratch", "cls", "sim", "combined"]
 # --------------------------------------------------------------------------------------------
 
 
-def run_id(tag: str, schedule: str = "combined", *, pruned: bool = False, table3: bool = False) -> str:
-    """``far-vit-demo``, ``far_sim-vit-demo``, ``far_pruned-vit-demo``, ``far_table3_cls-vit-demo`` (``tag``:
-    :func:`~workbench.pipelines.common.run_tag`, the teacher and profile part)."""
+def run_id(tag: str, schedule: str = "combined", *, pruned: bool = False, table3: bool = False, seed: int = 0) -> str:
+    """``far-vit-demo``, ``far_sim-vit-demo``, ``far_pruned-vit-demo``, ``far_table3_cls-vit-demo``,
+    ``far_table3_cls_s1-vit-demo`` (``tag``: :func:`~workbench.pipelines.common.run_tag`, the teacher and profile part;
+    a seed other than 0 only for Table 3 runs)."""
     if table3:
-        kind = f"far_table3_{schedule}"
+        kind = f"far_table3_{schedule}" + (f"_s{seed}" if seed else "")
     else:
         kind = "far" if schedule == "combined" else f"far_{schedule}"
         kind = f"{kind}_pruned" if pruned else kind
@@ -262,13 +265,14 @@ def _pruned_run(req: RunRequest, schedule: str, spent: FARBudget, far: Run) -> R
     return student_run(req, run_id(run_tag(req), schedule, pruned=True), cfg, _pruned_body(req, far, spent))
 
 
-def _table3_run(req: RunRequest, schedule: str, spent: FARBudget) -> Run:
-    """One Table 3 run: ``schedule`` with the profile's (shorter) ablation budgets."""
-    phases = spent.ablation
+def _table3_run(req: RunRequest, schedule: str, spent: FARBudget, seed: int = 0) -> Run:
+    """One Table 3 run: ``schedule`` with the profile's (shorter) ablation budgets, trained with ``seed`` (both phases'
+    seed: initialisation, shuffling, augmentation; seed 0 leaves the budget's configs, and so the run, as they were)."""
+    phases = tuple(replace(c, seed=seed) for c in spent.ablation) if seed else spent.ablation
     config = _config(req, schedule, phases, spent, table3=True)
     if spent.ablation_train_images is not None:
         config["budget"]["train_images"] = spent.ablation_train_images
-    return student_run(req, run_id(run_tag(req), schedule, table3=True), config,
+    return student_run(req, run_id(run_tag(req), schedule, table3=True, seed=seed), config,
                        _far_body(req, schedule, phases, spent, table3=True))
 
 
@@ -284,7 +288,13 @@ def _check_schedule(schedule: str) -> None:
         raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
 
 
-def _run(req: RunRequest, schedule: Schedule = "combined", prune: bool = True, table3: bool = False) -> Run:
+def _check_seed(seed) -> None:
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"--seed must be a non-negative integer, got {seed!r}")
+
+
+def _run(req: RunRequest, schedule: Schedule = "combined", prune: bool = True, table3: bool = False,
+         seed: int = 0) -> Run:
     """Distill FAR from the request's teacher (and prune it), or one Table 3 run; reuse, resume or start the runs.
 
     Args:
@@ -293,19 +303,25 @@ def _run(req: RunRequest, schedule: Schedule = "combined", prune: bool = True, t
         prune: also run the DeepHoyer pruning run on top of the FAR run.
         table3: the Table 3 ablation run of ``schedule`` (the profile's short ablation budgets; the main FAR run
             when the profile has none).
+        seed: training seed of a Table 3 ablation run (0: the run every figure uses; others: its repeats).
 
     Returns:
         The pruned run when ``prune`` (and not ``table3``), else the FAR (or Table 3) run.
 
     Raises:
-        ValueError: unknown schedule, a teacher that is not a ViT.
+        ValueError: unknown schedule, a teacher that is not a ViT, a seed other than 0 for a run that is not a
+            Table 3 ablation run.
         RunError: a run id exists with another config (pass ``force``).
     """
     _check_schedule(schedule)
+    _check_seed(seed)
     _check_teacher_is_vit(req)
     spent = for_teacher(req.budget, req.profile, req.teacher.model_name)
+    if seed and (not table3 or spent.ablation is None):
+        raise ValueError(f"--seed {seed} repeats a Table 3 ablation run: pass --table3 (on a profile with an ablation "
+                         "budget, demo or smoke); the main FAR run has seed 0 only")
     if table3 and spent.ablation is not None:
-        return _table3_run(req, schedule, spent)
+        return _table3_run(req, schedule, spent, seed)
     far = _far_run(req, schedule, spent)
     return far if table3 or not prune else _pruned_run(req, schedule, spent, far)
 
@@ -323,6 +339,8 @@ register_method(Method(
                     choices=tuple(SCHEDULES), default="combined"),
              Option("prune", "DeepHoyer pruning after distillation + finetuning", type=None, default=True, switch=True),
              Option("table3", "the Table 3 ablation run of --schedule (the profile's short ablation budget)", type=None,
-                    default=False, switch=True)),
+                    default=False, switch=True),
+             Option("seed", "training seed of a --table3 run (0: the figures' run; others repeat it)", type=int,
+                    default=0, check=_check_seed)),
     examples=("workbench run far", "workbench run far --teacher teacher-vit-demo --schedule sim --no-prune"),
 ))

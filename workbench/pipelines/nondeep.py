@@ -21,7 +21,9 @@
 Also: ``--table5`` (a Table 5 ablation run with the profile's shorter budget; id
 ``nondeep_table5-n3-linear-div0.05-vit-demo``) and ``--baseline`` (the depth baseline of Table 1's
 DeiT-l rows: the teacher's first L/n blocks trained with the same budget and loss, no branches; id
-``nondeep_depth-d3-vit-demo``). Budgets per profile: :mod:`workbench.pipelines.nondeep_budgets`.
+``nondeep_depth-d3-vit-demo``). ``--seed S`` trains with another shuffling seed than the profile's (ids end their
+options with ``-sS``; the initialisation is the teacher's blocks whatever the seed). Budgets per profile:
+:mod:`workbench.pipelines.nondeep_budgets`.
 
 Refused before any run is written, with a message naming the fix: a branch count that does not divide
 the teacher's depth, an unknown schedule, a teacher that is not a plain timm ViT, and a training too short
@@ -92,9 +94,10 @@ class JoinPlan:
     """A validated request: the joining config, the epoch count and the run ids."""
 
     def __init__(self, join: JoinConfig, epochs: int, steps_per_epoch: int, depth: int, branches: int, tag: str,
-                 table5: bool, default: JoinConfig):
+                 table5: bool, default: JoinConfig, seed: int = 0, default_seed: int = 0):
         self.join, self.epochs, self.steps_per_epoch = join, epochs, steps_per_epoch
         self.depth, self.branches, self.table5 = depth, branches, table5
+        self.seed = seed  # shuffling / augmentation seed of the training (the profile's unless --seed)
         parts = [f"n{branches}"]
         if table5 or join.schedule != default.schedule:
             parts.append(join.schedule)
@@ -106,10 +109,13 @@ class JoinPlan:
             parts.append(f"w{join.warmup_steps}")
         if epochs != _default_epochs(default, steps_per_epoch):
             parts.append(f"e{epochs}")
+        if seed != default_seed:
+            parts.append(f"s{seed}")
         kind = "nondeep_table5" if table5 else "nondeep"
         self.collapsed_id = f"{kind}-{'-'.join(parts)}-{tag}"
         self.branched_id = f"{kind}_branched-{'-'.join(parts)}-{tag}"
-        extra = ("-table5" if table5 else "") + _epochs_tag(epochs, default, steps_per_epoch)
+        extra = (("-table5" if table5 else "") + _epochs_tag(epochs, default, steps_per_epoch)
+                 + (f"-s{seed}" if seed != default_seed else ""))
         self.baseline_id = f"nondeep_depth-d{depth // branches}{extra}-{tag}"
 
     @property
@@ -127,7 +133,7 @@ def _epochs_tag(epochs: int, default: JoinConfig, steps_per_epoch: int) -> str:
 
 def plan(req: RunRequest, branches: int = 2, schedule: str | None = None, diversity: float | None = None,
          rectify: bool = True, warmup_steps: int | None = None, epochs: int | None = None, table5: bool = False,
-         train_images: int | None = None) -> JoinPlan:
+         train_images: int | None = None, seed: int | None = None) -> JoinPlan:
     """Validate a request and resolve its budget (nothing is written).
 
     Raises:
@@ -146,6 +152,8 @@ def plan(req: RunRequest, branches: int = 2, schedule: str | None = None, divers
         raise ValueError(f"--warmup-steps must be ≥ 0, got {warmup_steps}")
     if epochs is not None and epochs < 1:
         raise ValueError(f"--epochs must be ≥ 1, got {epochs}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ValueError(f"--seed must be a non-negative integer, got {seed!r}")
     join = replace(default, **{k: v for k, v in dict(schedule=schedule, diversity_weight=diversity, rectify=rectify,
                                                       warmup_steps=warmup_steps).items() if v is not None})
     t = req.teacher
@@ -167,7 +175,8 @@ def plan(req: RunRequest, branches: int = 2, schedule: str | None = None, divers
             f"where the {join.schedule} λ(t) of a {join.warmup_steps}-step warm-up is only {reached:.2f}; the branches "
             f"share their softmax and GELU inputs (and collapse exactly) only at λ = 1. Train at least "
             f"{math.ceil(join.warmup_steps / steps_per_epoch)} epochs or shorten --warmup-steps.")
-    return JoinPlan(join, n_epochs, steps_per_epoch, depth, branches, run_tag(req), table5, default)
+    return JoinPlan(join, n_epochs, steps_per_epoch, depth, branches, run_tag(req), table5, default,
+                    b.seed if seed is None else seed, b.seed)
 
 
 # --------------------------------------------------------------------------------------------
@@ -225,7 +234,7 @@ def _train_config(p: JoinPlan, b: NonDeepBudget, device: str) -> TrainConfig:
     j = p.join
     return TrainConfig(epochs=p.epochs, batch_size=j.batch_size, lr=j.lr, weight_decay=j.weight_decay,
                        warmup_epochs=b.warmup_epochs, min_lr=j.lr * b.min_lr_ratio, label_smoothing=b.label_smoothing,
-                       seed=b.seed, device=device, amp=b.amp, progress=b.progress, cpu_threads=b.cpu_threads,
+                       seed=p.seed, device=device, amp=b.amp, progress=b.progress, cpu_threads=b.cpu_threads,
                        eval_every=b.eval_every)
 
 
@@ -345,7 +354,7 @@ def _record(p: JoinPlan, b: NonDeepBudget, device: str) -> dict:
 
 def run_nondeep(req: RunRequest, branches: int = 2, schedule: str | None = None, diversity: float | None = None,
                 rectify: bool = True, warmup_steps: int | None = None, epochs: int | None = None, table5: bool = False,
-                baseline: bool = False) -> Run:
+                baseline: bool = False, seed: int | None = None) -> Run:
     """Train (or reuse, or resume) the branched run and collapse it; returns the collapsed (deploy) run.
 
     With ``baseline`` the depth baseline's run instead (the teacher's first L/n blocks, same budget and loss).
@@ -355,7 +364,7 @@ def run_nondeep(req: RunRequest, branches: int = 2, schedule: str | None = None,
         ValueError: bad options (before anything is written; :func:`plan`).
         RunError: a run id exists with another config (pass ``force``).
     """
-    p = plan(req, branches, schedule, diversity, rectify, warmup_steps, epochs, table5)
+    p = plan(req, branches, schedule, diversity, rectify, warmup_steps, epochs, table5, seed=seed)
     t, b = req.teacher, req.budget
     base = {"base": t.model_name, "base_kwargs": t.model_kwargs, "branches": p.branches}
     if baseline:
@@ -429,6 +438,8 @@ OPTIONS = (
            switch=True),
     Option("baseline", "train the depth baseline instead: the teacher's first L/n blocks, same budget and loss "
                        "(Table 1's DeiT-l rows)", type=None, default=False, switch=True),
+    Option("seed", "shuffling seed of the training (default: the profile's, 0); run ids end with -sN for another",
+           type=int),
 )
 
 register_method(Method(

@@ -49,6 +49,8 @@ class NonDeepBudget:
     ablation_branches: int = 3  # n of the Table 5 student
     ablation_train_images: int | None = None  # training images of each Table 5 row (class-balanced); None = all
     ablation_rows: tuple[tuple[str, bool], ...] = TABLE5_ROWS  # (schedule, diversity on) per row
+    ablation_seeds: tuple[int, ...] = (0,)  # shuffling seeds of every Table 5 row (the first: the table's runs); the
+    # verdict's interval spans them
     analysis_images: str = "demo:val"  # images of the similarity analyses (demo:val is sorted by class: take all)
     eval_images: str = "demo:val"  # images scoring the collapse variants' top-1 and float32 error (the held-out set)
     exact_images: str = "demo:val[:100]"  # images of the float64 collapse errors (costly on a CPU; exactness needs few)
@@ -68,7 +70,8 @@ BUDGETS: dict[str, NonDeepBudget] = {
     # half). Held-out evaluation after a run's last epoch only (nothing reads the others; the weights do not change).
     # Measured costs and accuracies: docs/nondeep-demo-budgets.md.
     "demo": NonDeepBudget(join=DEMO_JOIN, cpu_threads=1, eval_every=1000, ablation=replace(DEMO_ABLATION, diversity_weight=ABLATION_ALPHA),
-                          ablation_train_images=2000, analysis_images="demo:val",
+                          ablation_train_images=2000, ablation_seeds=(0, 1, 2),  # ~10 s a row: +2 × 5 rows
+                          analysis_images="demo:val",
                           table1_repeats=11, table1_warmup=3, memory_batch=16),
     # smoke: a handful of updates, only to exercise the pipeline (256 training images: 8 steps of 32 per epoch);
     # the four Table 5 rows the notes compare, real-size models at 32² (only the code path matters).
@@ -76,7 +79,7 @@ BUDGETS: dict[str, NonDeepBudget] = {
         join=JoinConfig(warmup_steps=4, adjust_steps=4, kd_weight=1.0, lr=5e-4, batch_size=32), cpu_threads=1,
         progress=False, ablation=JoinConfig(warmup_steps=2, adjust_steps=2, kd_weight=1.0, lr=5e-4, batch_size=64,
                             diversity_weight=ABLATION_ALPHA),
-        ablation_rows=(("none", False), ("instant", False), ("linear", True), ("linear", False)),
+        ablation_rows=(("none", False), ("instant", False), ("linear", True), ("linear", False)), ablation_seeds=(0, 1),
         analysis_images="demo:val[:4]", eval_images="demo:val[:32]", exact_images="demo:val[:4]",
         table1_branches=(2,), table1_repeats=1, table1_warmup=0, memory_batch=1, real_img_size=32,
     ),

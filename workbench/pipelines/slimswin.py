@@ -26,12 +26,16 @@ smaller ratio (weights and masks *before* that run's final fine-tune; the ``star
 the missing iterations; the result equals a run started from the teacher (checked by the tests), at a fraction
 of the cost. The manifest records ``chained_from``.
 
+``seed=S`` (``--seed``) repeats a run with another seed than the recipe's (its subsets d-hat / D-hat, fine-tune
+shuffling, a baseline's mask draw): id ``slimswin-r0.6667-swin-demo-s1`` (``...-s1-random`` for a baseline).
+
 Budgets per profile are in :data:`RECIPES` (``demo``, ``smoke``, ``paper``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from dataclasses import asdict, replace
 from typing import Callable, Sequence
@@ -61,9 +65,12 @@ def ratio_tag(ratio: float) -> str:
     return f"{ratio:.2f}" if abs(ratio - round(ratio, 2)) < 1e-9 else f"{ratio:.4f}"
 
 
-def run_id(teacher_tag: str, ratio: float, cfg: SlimSwinConfig, default: SlimSwinConfig) -> str:
-    """``slimswin-r0.3333-swin-demo``, with ``-i2`` / ``-abs`` / ``-output`` for non-default options."""
+def run_id(teacher_tag: str, ratio: float, cfg: SlimSwinConfig, default: SlimSwinConfig, seed: int | None = None) -> str:
+    """``slimswin-r0.3333-swin-demo``, with ``-i2`` / ``-abs`` / ``-output`` for non-default options, ``-s<seed>`` for
+    a seed other than the recipe's."""
     parts = [f"slimswin-r{ratio_tag(ratio)}-{teacher_tag}"]
+    if seed is not None:
+        parts.append(f"s{seed}")
     if cfg.step_pairs != default.step_pairs:
         parts.append(f"i{cfg.step_pairs}")
     if cfg.reduce != default.reduce:
@@ -162,7 +169,7 @@ def check_ratio(ratio) -> None:
 
 def _run(req: RunRequest, ratio: float, step_pairs: int | None = None, reduce: str | None = None,
          gate_mode: str | None = None, start_from: str | Run | None = None,
-         masks: str = "saliency") -> Run:
+         masks: str = "saliency", seed: int | None = None) -> Run:
     """Prune the request's Swin teacher to the global ratio ``ratio`` with SlimSwin (reusing or resuming the run).
 
     Args:
@@ -177,6 +184,7 @@ def _run(req: RunRequest, ratio: float, step_pairs: int | None = None, reduce: s
         masks: ``saliency`` (Algorithm 1), or a baseline at the same number of pruned pairs with SlimSwin's
             fine-tunes: ``random`` or ``uniform`` per layer (:mod:`workbench.pipelines.slimswin_baselines`; run id
             suffix ``-random`` / ``-uniform``).
+        seed: the recipe's ``seed`` for this run (None: the recipe's; another gives the id ``-s<seed>``).
 
     Returns:
         The complete run.
@@ -187,6 +195,12 @@ def _run(req: RunRequest, ratio: float, step_pairs: int | None = None, reduce: s
     """
     recipe: SlimSwinRecipe = req.budget
     check_ratio(ratio)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ValueError(f"--seed must be a non-negative integer, got {seed!r}")
+    seed_tag = seed if seed is not None and seed != recipe.seed else None
+    if seed_tag is not None:
+        recipe = replace(recipe, seed=seed)
+        req = dataclasses.replace(req, budget=recipe)
     changes = {k: v for k, v in dict(target_ratio=float(ratio), step_pairs=step_pairs, reduce=reduce,
                                      gate_mode=gate_mode).items() if v is not None}
     cfg = replace(recipe.method, **changes)
@@ -201,7 +215,7 @@ def _run(req: RunRequest, ratio: float, step_pairs: int | None = None, reduce: s
         raise ValueError(f"{t.model_name} has no prunable layers (exclude={cfg.exclude!r})")
     _pairs_to_prune(cfg, arch)  # step_pairs must fit in the prunable pairs (raises otherwise)
     config = _config(cfg, recipe, req)
-    rid = run_id(run_tag(req), float(ratio), cfg, recipe.method)
+    rid = run_id(run_tag(req), float(ratio), cfg, recipe.method, seed_tag)
     if masks not in MASK_CHOICES:
         raise ValueError(f"--masks must be one of {', '.join(MASK_CHOICES)}, got {masks!r}")
     if masks != "saliency":  # a baseline: the same pairs count and fine-tunes, other masks (no chaining)
@@ -256,7 +270,8 @@ register_method(Method(
              Option("start_from", "a complete SlimSwin run (same teacher and settings, smaller ratio) whose iterations "
                     "this run continues; ignored if incompatible"),
              Option("masks", "which pairs: least salient (Algorithm 1, default), or the baselines at the same count: "
-                             "random, uniform (the same share of every layer)", default="saliency", choices=MASK_CHOICES)),
+                             "random, uniform (the same share of every layer)", default="saliency", choices=MASK_CHOICES),
+             Option("seed", "seed of the subsets, fine-tunes and baseline masks (default: the profile's, 0)", type=int)),
     examples=("workbench run slimswin --ratio 1/3",
               "workbench run slimswin --teacher teacher-swin-demo --ratio 2/3 --step-pairs 4",
               "workbench run slimswin --teacher swin_tiny_patch4_window7_224 --checkpoint swin_t.safetensors "

@@ -29,6 +29,8 @@ class SlimSwinRecipe:
     final_train_images: int | None = None  # images of the final fine-tune (class-balanced); None: the whole set (Alg. 1)
     baseline_ratios: tuple[float, ...] = ()  # ratios with fine-tuned random / uniform-per-layer baselines (slimswin_baselines)
     baseline_seeds: tuple[int, ...] = (0, 1, 2)  # mask draws averaged in the no-fine-tune baseline comparison
+    run_seeds: tuple[int, ...] = (0,)  # training seeds (``seed`` of a run) of SlimSwin and its fine-tuned baselines at
+    # baseline_ratios, whose differences Fig. 4's verdict tests (the first: the sweep's and baselines' runs)
 
 
 #: profile -> recipe. ``paper`` is §V-B: AdamW 5e-5, wd 1e-4, KD alpha 0.7 / T 2, 15 final epochs with
@@ -42,11 +44,13 @@ RECIPES: dict[str, SlimSwinRecipe] = {
         batch_size=64, ratios=PAPER_RATIOS, saliency_images="demo:val[:256]", cpu_threads=1, final_train_images=1000,
         eval_iterations=False,  # no figure reads the per-iteration accuracy; the one after the last iteration is kept
         baseline_ratios=(PAPER_RATIOS[-1],),  # the fine-tuned baselines where pruning costs most (docs/budgets.md)
+        run_seeds=(0, 1, 2),
     ),
     "smoke": SlimSwinRecipe(
         SlimSwinConfig(step_pairs=16, saliency_samples=32, finetune_fraction=0.25, final_epochs=1, lr=1e-3),
         batch_size=64, ratios=(PAPER_RATIOS[0], PAPER_RATIOS[-1]), saliency_images="demo:val[:16]", progress=False,
         eval_iterations=False, cpu_threads=1, baseline_ratios=(PAPER_RATIOS[-1],), baseline_seeds=(0, 1),
+        run_seeds=(0, 1),
     ),
     "paper": SlimSwinRecipe(SlimSwinConfig(), batch_size=128, ratios=PAPER_RATIOS,
                             saliency_images="skimage:astronaut,chelsea,coffee"),

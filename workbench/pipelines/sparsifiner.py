@@ -20,7 +20,8 @@ Wei et al., "Sparsifiner: Learning Sparse Instance-Dependent Attention for Effic
    everything, both with the phase-2 loss: Linformer has no attention map to distil into a predictor).
 
 ``--renormalize`` trains the authors' code's softmax over the kept keys instead of Eq. 4 (run ids get
-``-renorm``). Every phase checkpoints each epoch under its run's phase directory (``phase1/``,
+``-renorm``). ``--seed S`` trains with another seed than the profile's (the predictors' or E, F's initialisation,
+shuffling, augmentation; its own phase-1 run too): ids get ``-sS`` before the teacher part. Every phase checkpoints each epoch under its run's phase directory (``phase1/``,
 ``phase2/``), so an interrupted run resumes where it stopped. Budgets per profile: :data:`BUDGETS`.
 """
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 from dataclasses import asdict, replace
 from typing import Callable
 
@@ -98,11 +100,13 @@ def parse_keep_rate(text: str) -> float:
     return value
 
 
-def run_id(tag: str, kind: str, keep_rate: float | None = None, renormalize: bool = False) -> str:
+def run_id(tag: str, kind: str, keep_rate: float | None = None, renormalize: bool = False, seed: int | None = None) -> str:
     """``sparsifiner_phase1-vit-demo``, ``sparsifiner-k0.25-vit-demo``, ``sparsifiner_linformer-k0.25-vit-demo``
-    (``-renorm`` after the keep rate for the authors' renormalised softmax)."""
+    (``-renorm`` after the keep rate for the authors' renormalised softmax, ``-s<seed>`` for a seed other than the
+    profile's)."""
     prefix = {"phase1": "sparsifiner_phase1", "keep": "sparsifiner", "linformer": "sparsifiner_linformer"}[kind]
     parts = [prefix] + ([f"k{keep_rate:g}"] if keep_rate is not None else []) + (["renorm"] if renormalize else [])
+    parts += [f"s{seed}"] if seed is not None else []
     return "-".join(parts + [tag])
 
 
@@ -305,6 +309,12 @@ def _method_config(b: SparsifinerBudget, **changes) -> SparsifinerConfig:
     return replace(b.method, **changes)
 
 
+def _seed_tag(req: RunRequest) -> int | None:
+    """The run ids' seed part: the request budget's seed where it is not the profile's (:func:`_run`'s ``seed``)."""
+    b: SparsifinerBudget = req.budget
+    return b.seed if b.seed != BUDGETS.get(req.profile.name, b).seed else None
+
+
 def _phase1_run(req: RunRequest) -> Run:
     b: SparsifinerBudget = req.budget
     cfg = _method_config(b, keep_rate=1.0, renormalize=False)  # phase 1: dense attention, no keep rate
@@ -312,11 +322,16 @@ def _phase1_run(req: RunRequest) -> Run:
     config = {"model_name": "sparsifiner_vit", "model_kwargs": kwargs,
               "predictor": {k: v for k, v in cfg.to_kwargs().items() if k not in ("keep_rate", "renormalize")},
               "phase1": asdict(b.phase1), "train": train_record(b.train_config(b.phase1))}
-    return student_run(req, run_id(run_tag(req), "phase1"), config, _phase1_body(req, cfg))
+    return student_run(req, run_id(run_tag(req), "phase1", seed=_seed_tag(req)), config, _phase1_body(req, cfg))
 
 
-def _run(req: RunRequest, keep_rate: float, linformer: bool = False, renormalize: bool | None = None) -> Run:
+def _run(req: RunRequest, keep_rate: float, linformer: bool = False, renormalize: bool | None = None,
+         seed: int | None = None) -> Run:
     keep_rate = _check_keep_rate(keep_rate)
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"--seed must be a non-negative integer, got {seed!r}")
+        req = dataclasses.replace(req, budget=replace(req.budget, seed=seed))  # the same config and id at the profile's
     b: SparsifinerBudget = req.budget
     req.profile.require_data(req.data)
     resolve_device(req.device)
@@ -331,7 +346,8 @@ def _run(req: RunRequest, keep_rate: float, linformer: bool = False, renormalize
                   "phase1": {**asdict(b.phase1), "trains": "E, F", "loss": "phase2"}, "phase2": asdict(b.phase2),
                   "train": {"phase1": train_record(b.train_config(b.phase1)),
                             "phase2": train_record(b.train_config(b.phase2))}}
-        return student_run(req, run_id(run_tag(req), "linformer", keep_rate), config, _linformer_body(req, keep_rate))
+        return student_run(req, run_id(run_tag(req), "linformer", keep_rate, seed=_seed_tag(req)), config,
+                           _linformer_body(req, keep_rate))
     renorm = b.method.renormalize if renormalize is None else bool(renormalize)
     phase1 = _phase1_run(req)
     cfg = _method_config(b, keep_rate=keep_rate, renormalize=renorm)
@@ -340,7 +356,7 @@ def _run(req: RunRequest, keep_rate: float, linformer: bool = False, renormalize
               "phase1_run": phase1.id, "phase1_checkpoint_sha256": phase1.manifest.get("checkpoint_sha256"),
               "phase2": asdict(b.phase2), "train": train_record(b.train_config(b.phase2)),
               "deploy_check": b.deploy_check}
-    rid = run_id(run_tag(req), "keep", keep_rate, renorm)
+    rid = run_id(run_tag(req), "keep", keep_rate, renorm, seed=_seed_tag(req))
     return student_run(req, rid, config, _keep_body(req, cfg, kwargs, phase1))
 
 
@@ -445,7 +461,9 @@ register_method(Method(
              Option("linformer", "train the Linformer baseline at k = B instead (Table 4)", type=None, default=False,
                     switch=True),
              Option("renormalize", "softmax over the kept keys (the authors' code) instead of Eq. 4", type=None,
-                    default=None, switch=True)),
+                    default=None, switch=True),
+             Option("seed", "training seed (default: the profile's, 0): initialisation of the predictors (E, F), "
+                            "shuffling; another seed trains its own phase-1 run", type=int)),
     examples=("workbench run sparsifiner --keep-rate 0.25",
               "workbench run sparsifiner --keep-rate 0.25 --linformer",
               "workbench run sparsifiner --teacher deit_small_patch16_224 --checkpoint deit_s.safetensors "
