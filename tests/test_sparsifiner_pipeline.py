@@ -229,3 +229,29 @@ def test_plots_do_not_import_torch():
 
     code = "import sys, workbench.plots.sparsifiner; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_mass_agreement_against_a_row_by_row_reference():
+    """mass, oracle_mass and overlap against plain Python per row, ties (repeated values) broken by key index."""
+    import xarray as xr
+
+    from workbench.analysis.sparsifiner import mass_agreement
+
+    rng = np.random.default_rng(0)
+    t = 9
+    ref = rng.integers(0, 4, size=(2, 3, t, t)).astype(np.float64) + 1e-3  # many ties
+    ref /= ref.sum(-1, keepdims=True)
+    mask = rng.random((2, 3, t, t)) < 0.4
+    kinds = ["cls"] + ["patch"] * (t - 1)
+    dims = ("sample", "head", "query", "key")
+    coords = {"query_kind": ("query", kinds), "key_kind": ("key", kinds)}
+    got = mass_agreement(xr.DataArray(mask, dims=dims, coords=coords), xr.DataArray(ref, dims=dims, coords=coords))
+    for s in range(2):
+        for h in range(3):
+            for q in range(1, t):
+                row, kept = ref[s, h, q], mask[s, h, q]
+                b = int(kept.sum())
+                top = sorted(range(t), key=lambda j: (-row[j], j))[:b]
+                assert got["mass"].values[s, h, q - 1] == pytest.approx(row[kept].sum(), abs=1e-6)
+                assert got["oracle_mass"].values[s, h, q - 1] == pytest.approx(sum(row[j] for j in top), abs=1e-6)
+                assert got["overlap"].values[s, h, q - 1] == pytest.approx(sum(kept[j] for j in top) / max(b, 1))

@@ -85,13 +85,14 @@ def mass_agreement(mask: xr.DataArray, reference: xr.DataArray) -> xr.Dataset:
     mv = m.values.astype(bool)
     kept = mv.sum(-1)  # (..., query)
     mass = np.where(mv, ref, 0.0).sum(-1)
-    order = np.sort(ref, axis=-1)[..., ::-1]
-    cum = np.cumsum(order, axis=-1)
+    # one stable argsort of each row, descending (ties broken by key index): the sorted values give the oracle, the
+    # first B positions of the order the reference's top-B
+    order = np.argsort(-ref, axis=-1, kind="stable")  # (..., query, key)
+    cum = np.cumsum(np.take_along_axis(ref, order, -1), axis=-1)
     idx = np.clip(kept - 1, 0, ref.shape[-1] - 1)
     oracle = np.where(kept > 0, np.take_along_axis(cum, idx[..., None], -1)[..., 0], 0.0)
-    # top-B of the reference by rank (ties broken by key index, like a stable argsort)
-    rank = np.argsort(np.argsort(-ref, axis=-1, kind="stable"), axis=-1, kind="stable")
-    top = rank < kept[..., None]
+    top = np.zeros_like(mv)
+    np.put_along_axis(top, order, np.arange(ref.shape[-1]) < kept[..., None], -1)
     overlap = (top & mv).sum(-1) / np.maximum(kept, 1)
     dims = m.dims[:-1]
     coords = {k: v for k, v in m.coords.items() if "key" not in v.dims}
