@@ -71,7 +71,7 @@ def child(args) -> None:
         import torch
 
         torch.set_num_threads(args.threads)
-        from workbench.stream import StreamOptions, stream_analysis
+        from workbench.scale.stream import StreamOptions, stream_analysis
 
         torch.manual_seed(0)
         stream_analysis("attention", "vit_demo", args.images, args.out, device="cpu", progress=False,
@@ -81,7 +81,7 @@ def child(args) -> None:
         import torch.distributed as dist
 
         from methods.train import init_distributed
-        from workbench.stream import StreamOptions, stream_analysis
+        from workbench.scale.stream import StreamOptions, stream_analysis
 
         torch.set_num_threads(args.threads)
         rank, world = init_distributed("cpu")
@@ -102,7 +102,7 @@ def child(args) -> None:
             print(json.dumps({"seconds": time.perf_counter() - t0, "rss_mb": rss_mb()}))
         return
     elif args.child == "reduce":
-        from workbench.reduce import reduce_store
+        from workbench.scale.reduce import reduce_store
 
         ds = reduce_store(args.out, by="label", stat="mean", progress=False)
         assert ds.sizes["label"] >= 1
@@ -142,7 +142,7 @@ def in_process(args, tmp: Path) -> dict:
     import timm
     import torch
 
-    import workbench.stream as stream
+    import workbench.scale.stream as stream
     from workbench.analysis.attention import attention_points, extract_attention, record
     from workbench.analysis.attention_rows import extract_attention_rows
     from workbench.data import load_images

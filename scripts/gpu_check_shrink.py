@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from methods.attentionlite import SA_VARIANTS, SparseMomentum, shrink
-from workbench.pipelines.attentionlite_run import SHRINK_TOLERANCE
+from workbench.pipelines.attentionlite.body import SHRINK_TOLERANCE
 
 
 def _randomised(stem: str, device: str) -> nn.Module:

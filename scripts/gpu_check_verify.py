@@ -23,7 +23,7 @@ def runs(ids: list[str]) -> int:
 
 
 def stores(a: str, b: str, rtol: float = 1e-5, atol: float = 1e-6) -> int:
-    from workbench.chunked import completeness
+    from workbench.scale.chunked import completeness
     from workbench.store import open_store
 
     for path in (a, b):

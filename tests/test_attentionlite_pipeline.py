@@ -20,7 +20,7 @@ QUIET = dict(device="cpu", log=lambda *_: None)
 
 
 def _run(teacher, **options):
-    from workbench.pipelines.attentionlite import run_attentionlite
+    from workbench.pipelines.attentionlite.run import run_attentionlite
 
     return run_attentionlite(teacher.id, "smoke", **QUIET, **options)
 
@@ -52,7 +52,7 @@ def _val_images(n: int = 32) -> torch.Tensor:
 def test_irregular_run_holds_its_density_and_rebuilds(irregular):
     from methods.train import evaluate
     from workbench.data import datasets
-    from workbench.pipelines.attentionlite import load_masks, training_history
+    from workbench.pipelines.attentionlite.run import load_masks, training_history
 
     res = irregular.manifest["results"]
     assert irregular.id == "attentionlite-irregular-d0.25-kdat-cnn-smoke" and irregular.status == "complete"
@@ -79,7 +79,7 @@ def test_irregular_run_holds_its_density_and_rebuilds(irregular):
 
 def test_column_run_saves_the_shrunk_model_equal_to_the_masked_one(column):
     from methods.attentionlite import count_params
-    from workbench.pipelines.attentionlite import load_masks, masked_model
+    from workbench.pipelines.attentionlite.run import load_masks, masked_model
 
     res = column.manifest["results"]
     assert column.manifest["model"]["name"] == "sa_resnet_column"
@@ -102,7 +102,7 @@ class Interrupted(Exception):
 
 
 def test_interrupted_run_resumes_to_the_same_weights(irregular, teacher, tmp_path, monkeypatch):
-    import workbench.pipelines.attentionlite_run as body
+    import workbench.pipelines.attentionlite.body as body
 
     home = tmp_path / "home"
     shutil.copytree(teacher.dir, home / "runs" / teacher.id)
@@ -179,7 +179,7 @@ def test_cli_run_analyze_and_bad_inputs(irregular, teacher, smoke_teacher, tmp_p
 def test_resnet50_cifar_teacher_pairs_with_sa_resnet26():
     """The paper profile's teacher: a CIFAR-stem ResNet50 whose stage maps are SA-ResNet26's at 32×32."""
     from workbench.pipelines import budget
-    from workbench.pipelines.attentionlite import _check_teacher, student_spec
+    from workbench.pipelines.attentionlite.run import _check_teacher, student_spec
 
     with torch.device("meta"):
         t = create_model("resnet50_cifar", num_classes=100)
@@ -248,7 +248,7 @@ def test_figures_smoke(irregular, column, tmp_path):
 
     assert {"AttentionLite irregular d=0.25 KD+AT", "AttentionLite column d=0.5 KD+AT"} <= set(STUDENTS)
     # the no-distillation baselines: trained on the labels alone (no KL term recorded), at the figure density and dense
-    from workbench.pipelines.attentionlite import training_history
+    from workbench.pipelines.attentionlite.run import training_history
 
     assert (out / "attentionlite.baselines.png").exists()
     for rid in ("attentionlite-irregular-d0.25-ce-cnn-smoke", "attentionlite-irregular-d1-ce-cnn-smoke"):

@@ -78,7 +78,7 @@ def test_analyze_with_skip_leaves_the_image_out(tmp_path):
 
 # ------------------------------------------------------------------------------------------ streamed stores
 def _stream(out, images, **opts):
-    from workbench.stream import StreamOptions, stream_analysis
+    from workbench.scale.stream import StreamOptions, stream_analysis
 
     opts = {"batch_size": 2, "chunk": 2, "workers": 1, "queries": "cls", **opts}
     return stream_analysis("attention", "vit_demo", images, out, device="cpu", img_size=32,
@@ -86,7 +86,7 @@ def _stream(out, images, **opts):
 
 
 def test_stream_stops_at_a_bad_image_and_resumes_with_skip(tmp_path):
-    from workbench.chunked import completeness, done_chunks
+    from workbench.scale.chunked import completeness, done_chunks
     from workbench.store import open_store
 
     root = _images(tmp_path / "photos", [f"{i}.jpg" for i in range(6)], bad="3.jpg")

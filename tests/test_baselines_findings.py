@@ -17,7 +17,7 @@ import xarray as xr
 import methods.teachers  # noqa: F401  (registers the demo architectures)
 from methods.slimswin import SWIN_TINY, pairs_to_prune, prunable_layers, swin_layers, uniform_masks
 from workbench.models import create_model
-from workbench.pipelines.slimswin_baselines import baseline_masks
+from workbench.pipelines.slimswin.baselines import baseline_masks
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -56,7 +56,7 @@ def test_baseline_masks_prune_exactly_the_pairs_of_the_ratio(cfg, ratio):
 
 # ------------------------------------------------------------------------------------------ Sparsifiner masks
 def test_masked_teacher_against_recomputation():
-    from workbench.pipelines.sparsifiner_baselines import mask_teacher
+    from workbench.pipelines.sparsifiner.baselines import mask_teacher
 
     torch.manual_seed(0)
     vit = create_model("vit_demo").double().eval()
@@ -88,7 +88,7 @@ def test_masked_teacher_against_recomputation():
 # ------------------------------------------------------------------------------------------ verdicts follow data
 # slimswin.fig4 and attentionlite.fig2 (verdicts over training seeds): tests/verdict_cases_seeds.py
 def test_sparsifiner_mask_verdict_follows_its_data():
-    from workbench.figures.sparsifiner_findings import BASELINES
+    from workbench.figures.sparsifiner.findings import BASELINES
 
     rng = np.random.default_rng(1)
     n = 1000
@@ -105,7 +105,7 @@ def test_sparsifiner_mask_verdict_follows_its_data():
 
 
 def test_attentionlite_no_kd_run_ids():
-    from workbench.pipelines.attentionlite import run_id
+    from workbench.pipelines.attentionlite.run import run_id
 
     common = dict(variant="demo", default_variant="demo", stem="conv", seed=0)
     assert run_id("cnn-demo", "irregular", 0.25, False, kd=False, **common) == "attentionlite-irregular-d0.25-ce-cnn-demo"

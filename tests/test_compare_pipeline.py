@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 from workbench.cli import main
 from workbench.compare import compare, load_models
 from workbench.figures import STUDENTS
-from workbench.figures.compare import ARCHS, deployed, students_of
+from workbench.figures.compare.items import ARCHS, deployed, students_of
 from workbench.models import create_model, load_model
 from workbench.runs import sha256_file
 from workbench.store import open_store

@@ -27,7 +27,7 @@ def test_every_toy_registration_comes_from_its_own_file():
 
     from workbench.analysis import EXTRACTORS, OPTIONS
     from workbench.figures import DATA, FIGURES, STUDENTS, closure, get, paper_titles
-    from workbench.figures.compare import students_of
+    from workbench.figures.compare.items import students_of
     from workbench.pipelines import METHODS
 
     defined_in = {inspect.getsourcefile(obj) for obj in (

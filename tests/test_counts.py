@@ -9,7 +9,7 @@ import torch
 
 from methods.flops import count_macs
 from methods.slimswin import add_gates, set_mask, to_pruned
-from methods.slimswin.macs import uniform_masks
+from methods.slimswin.flops import uniform_masks
 from methods.sparsifiner import SparsifinerConfig, executed_mhsa_macs, replace_attention, to_sparse_path
 from workbench.figures import STUDENTS, load_all
 from workbench.models import create_model
@@ -76,7 +76,7 @@ def test_latency_ratio_interval_equals_scipy_paired_t_on_log_times():
     import numpy as np
     from scipy.stats import ttest_rel
 
-    from workbench.figures.findings_compare import latency_ratio
+    from workbench.figures.compare.findings import latency_ratio
 
     rng = np.random.default_rng(0)
     teacher = 10 * np.exp(0.3 * rng.standard_normal(24))

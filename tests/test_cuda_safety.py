@@ -43,8 +43,8 @@ CPU_ONLY: dict[tuple[str, str], str] = {
     ("workbench/analysis/token_maps.py", "_js"): "the tensors are made from NumPy arrays (torch.as_tensor)",
     ("workbench/analysis/window_saliency.py", "extract_window_saliency"): "every gradient is moved `.cpu()` first",
     ("workbench/pipelines/heldout.py", "correctness"): "every batch's correctness is moved `.cpu()` first",
-    ("workbench/pipelines/sparsifiner_baselines.py", "correctness"): "every batch's correctness is moved `.cpu()` first",
-    ("workbench/pipelines/nondeep_measures.py", "weight_update_similarity"): "load_joined / load_branched load on the CPU",
+    ("workbench/pipelines/sparsifiner/baselines.py", "correctness"): "every batch's correctness is moved `.cpu()` first",
+    ("workbench/pipelines/nondeep/measures.py", "weight_update_similarity"): "load_joined / load_branched load on the CPU",
 }
 
 
@@ -225,10 +225,10 @@ class OneDevice(TorchDispatchMode):
 
 
 def _far_loss(teacher_device: str, device: str):
-    """FAR's distillation objective as workbench.pipelines.far builds it (the demo budget): the student copied from
+    """FAR's distillation objective as workbench.pipelines.far.run builds it (the demo budget): the student copied from
     the teacher, the loss holding the teacher; fit moves the student to ``device``."""
     from methods.far import FARLoss, freeze_for_distillation, replace_attention
-    from workbench.pipelines.far_budgets import BUDGETS
+    from workbench.pipelines.far.budgets import BUDGETS
 
     b = BUDGETS["demo"]
     torch.manual_seed(0)
@@ -240,9 +240,9 @@ def _far_loss(teacher_device: str, device: str):
 
 
 def _phase2_loss(teacher_device: str, device: str):
-    """Sparsifiner's phase-2 objective as workbench.pipelines.sparsifiner builds it (the demo budget)."""
+    """Sparsifiner's phase-2 objective as workbench.pipelines.sparsifiner.run builds it (the demo budget)."""
     from methods.sparsifiner import Phase2Loss, replace_attention, unfreeze_all
-    from workbench.pipelines.sparsifiner_budgets import BUDGETS
+    from workbench.pipelines.sparsifiner.budgets import BUDGETS
 
     b = BUDGETS["demo"]
     torch.manual_seed(0)
@@ -280,7 +280,7 @@ def test_far_training_under_the_paper_autocast_is_finite():
     few steps give finite losses, weights and (unscaled) gradients."""
     import methods.train as train
     from methods.far import FARLoss, freeze_for_distillation, replace_attention
-    from workbench.pipelines.far_budgets import BUDGETS
+    from workbench.pipelines.far.budgets import BUDGETS
 
     b = BUDGETS["paper"]
     assert b.distill.amp, "the paper budget no longer trains under autocast: this test checks nothing"
@@ -329,7 +329,7 @@ def test_attentionlite_column_shrink_passes_its_check_on_the_gpu():
     import timm
 
     import methods.attentionlite as al
-    from workbench.pipelines.attentionlite_run import SHRINK_TOLERANCE
+    from workbench.pipelines.attentionlite.body import SHRINK_TOLERANCE
 
     torch.manual_seed(0)
     model = timm.create_model("sa_resnet_demo", num_classes=10).cuda()

@@ -32,7 +32,7 @@ def far_runs(smoke_teacher):
 
 def test_runs_end_to_end(far_runs):
     from workbench.data import datasets
-    from workbench.pipelines.far import load_masks
+    from workbench.pipelines.far.run import load_masks
 
     teacher, far, pruned = far_runs
     assert (far.id, pruned.id) == ("far-vit-smoke", "far_pruned-vit-smoke")
@@ -88,7 +88,7 @@ def test_wrong_teacher_refused(far_runs, tmp_path, monkeypatch):
 
 def test_resume_after_interruption(far_runs, tmp_path, monkeypatch):
     """Interrupted in the finetuning phase and after pruning, both runs resume to the same weights."""
-    import workbench.pipelines.far as pipeline
+    import workbench.pipelines.far.run as pipeline
     from workbench.pipelines import run_method
 
     teacher, far, pruned = far_runs
@@ -131,7 +131,7 @@ def test_cli_run_and_analyze(far_runs, tmp_path, capsys):
     assert "reusing complete run far_pruned-vit-smoke" in out and "kept_fraction" in out
     path = tmp_path / "ret.nc"
     assert main(["analyze", "retention", "--model", pruned.id, "--images", "demo:val[:2]", "--out", str(path)]) == 0
-    from workbench.pipelines.far import load_masks
+    from workbench.pipelines.far.run import load_masks
 
     ret = open_store(path, load=True)
     assert ret.attrs["run"] == pruned.id and ret.attrs["method"] == "far"

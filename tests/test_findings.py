@@ -97,7 +97,7 @@ def test_far_table1_verdict_is_paired_per_image():
     the mean per-image difference, computed here independently), and an old store without it is refused clearly."""
     from scipy.stats import norm
 
-    from workbench.figures.findings_far import table1_verdict
+    from workbench.figures.far.findings import table1_verdict
 
     rng = np.random.default_rng(0)
     teacher = (rng.random(1000) < 0.95).astype(np.int8)
@@ -116,7 +116,7 @@ def test_far_table1_verdict_is_paired_per_image():
 
 
 def test_far_table2_verdict_follows_the_data():
-    from workbench.figures.findings_far import table2_verdict
+    from workbench.figures.far.findings import table2_verdict
 
     def rows(pruned_ms_384: float, pruned_gmacs: float = 1.0) -> xr.Dataset:
         recs = [("DeiT-Tiny", 224, 1.25, 26.0), ("FAR-Tiny†", 224, pruned_gmacs, 31.0),

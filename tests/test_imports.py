@@ -22,13 +22,13 @@ ROOT = Path(__file__).resolve().parents[1]
 #: workbench module prefix -> layer (a module may import its own layer or lower ones)
 LAYERS = {
     "workbench.provenance": 1, "workbench.xrutils": 1, "workbench.runs": 1, "workbench.store": 1, "workbench.data": 1,
-    "workbench.profiles": 1, "workbench.window_views": 1, "workbench.progress": 1, "workbench.runtime": 1,
+    "workbench.profiles": 1, "workbench.progress": 1, "workbench.runtime": 1,
     "workbench": 1,  # workbench/__init__ (the version)
     "workbench.models": 2,
     "workbench.analysis": 3, "workbench.plots": 3, "workbench.pipelines": 3,
-    "workbench.analyze": 4, "workbench.compare": 4, "workbench.explore": 4, "workbench.stream": 4, "workbench.reduce": 4,
+    "workbench.analyze": 4, "workbench.compare": 4, "workbench.explore": 4, "workbench.scale": 4, "workbench.scale.chunked": 1,
     "workbench.figures": 5,
-    "workbench.cli": 6, "workbench.stream_cli": 6,
+    "workbench.cli": 6, "workbench.scale.cli": 6,
 }
 
 
@@ -64,7 +64,7 @@ def _violations(root: Path = ROOT) -> list[str]:
             if me.startswith("methods") and top == "workbench":
                 out.append(f"{where}: methods imports {mod}")
             if me.startswith("workbench.plots") and (top in ("torch", "methods") or (
-                    top == "workbench" and not mod.startswith(("workbench.plots", "workbench.xrutils", "workbench.window_views")))):
+                    top == "workbench" and not mod.startswith(("workbench.plots", "workbench.xrutils", "workbench.plots.slimswin_views")))):
                 out.append(f"{where}: plots import {mod}")
             if me.startswith("workbench.figures") and top == "methods":
                 out.append(f"{where}: figures import {mod} (go through the figure context and the pipelines)")

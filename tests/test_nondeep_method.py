@@ -473,7 +473,7 @@ def test_diversity_regulariser_reaches_the_branch_weights_and_acts_at_the_ablati
     from methods.nondeep import NonDeepLoss, branch
     from methods.nondeep.losses import ATTN_OUT, FFN_OUT, diversity_loss
     from workbench.models import create_model
-    from workbench.pipelines.nondeep_budgets import ABLATION_ALPHA, BUDGETS
+    from workbench.pipelines.nondeep.budgets import ABLATION_ALPHA, BUDGETS
 
     assert BUDGETS["demo"].ablation.diversity_weight == ABLATION_ALPHA > 0.05
     torch.manual_seed(0)

@@ -81,7 +81,7 @@ def test_depth_baseline(teacher):
 
 
 def test_resume_after_interruption_matches_an_uninterrupted_run(teacher, tmp_path, monkeypatch):
-    import workbench.pipelines.nondeep as pipeline
+    import workbench.pipelines.nondeep.run as pipeline
 
     full = run(teacher, branches=2, epochs=2)  # 16 steps, λ reaches 1 after 4
     home = tmp_path / "home"
@@ -173,7 +173,7 @@ def test_nondeep_figures_smoke(student, tmp_path):
     assert "nondeep-n2-vit-smoke" in (out / "index.md").read_text()
     table5 = pd.read_csv(out / "nondeep.table5.csv")
     lin = table5[(table5["λ schedule"] == "linear") & (table5["div. reg."] == "✓")]["demo top-1 (%)"].item()
-    from workbench.pipelines.nondeep_budgets import ABLATION_ALPHA
+    from workbench.pipelines.nondeep.budgets import ABLATION_ALPHA
 
     ablation = run(open_run("teacher-vit-smoke"), branches=3, schedule="linear", diversity=ABLATION_ALPHA, table5=True)
     assert lin == round(100 * ablation.manifest["results"]["val_acc"], 1)  # the table shows the run, reused

@@ -101,8 +101,8 @@ def _agreement_views(far_rho: float, seed: int = 0) -> xr.Dataset:
 
 
 def test_far_agreement_legend_names_each_reference_and_the_verdict_follows_the_data():
-    from workbench.figures.far import plot_agreement_views
-    from workbench.figures.findings_far import agreement_verdict
+    from workbench.figures.far.findings import agreement_verdict
+    from workbench.figures.far.items import plot_agreement_views
 
     fig = plot_agreement_views(_agreement_views(0.1))
     names = [t.get_text() for t in fig.legends[0].get_texts()]
@@ -156,7 +156,7 @@ def test_order_bias_plot():
     from test_verdict_rules import Case  # noqa: F401  (verdict_cases_far imports it)
     from verdict_cases_far import _order
 
-    from workbench.figures.far_order import order_measures, plot_order_bias
+    from workbench.figures.far.order import order_measures, plot_order_bias
 
     maps = _order({2: 0.9, 3: 0.9, 4: 0.9, 5: 0.9}, 0.05)()[0].assign_attrs(profile="demo")
     m = order_measures(maps)

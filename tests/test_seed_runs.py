@@ -11,7 +11,7 @@ from methods.nondeep import JoinConfig
 
 
 def test_far_table3_ids():
-    from workbench.pipelines.far import run_id
+    from workbench.pipelines.far.run import run_id
 
     assert run_id("vit-demo", "cls", table3=True) == run_id("vit-demo", "cls", table3=True, seed=0) == "far_table3_cls-vit-demo"
     assert run_id("vit-demo", "cls", table3=True, seed=2) == "far_table3_cls_s2-vit-demo"
@@ -19,7 +19,7 @@ def test_far_table3_ids():
 
 
 def test_sparsifiner_ids():
-    from workbench.pipelines.sparsifiner import run_id
+    from workbench.pipelines.sparsifiner.run import run_id
 
     assert run_id("vit-demo", "keep", 0.25) == "sparsifiner-k0.25-vit-demo"
     assert run_id("vit-demo", "keep", 0.25, seed=1) == "sparsifiner-k0.25-s1-vit-demo"
@@ -28,7 +28,7 @@ def test_sparsifiner_ids():
 
 
 def test_slimswin_ids():
-    from workbench.pipelines.slimswin import RECIPES, run_id
+    from workbench.pipelines.slimswin.run import RECIPES, run_id
 
     cfg = replace(RECIPES["demo"].method, target_ratio=2 / 3)
     assert run_id("swin-demo", 2 / 3, cfg, RECIPES["demo"].method) == "slimswin-r0.6667-swin-demo"
@@ -36,7 +36,7 @@ def test_slimswin_ids():
 
 
 def test_nondeep_ids():
-    from workbench.pipelines.nondeep import JoinPlan
+    from workbench.pipelines.nondeep.run import JoinPlan
 
     join = JoinConfig(schedule="linear", warmup_steps=4, adjust_steps=4)
 

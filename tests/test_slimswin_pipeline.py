@@ -14,8 +14,8 @@ from workbench.analysis.window_saliency import extract_window_saliency
 from workbench.cli import main
 from workbench.models import load_model
 from workbench.pipelines import budget, run_method
-from workbench.pipelines.slimswin import load_history, load_masks, pruned_model
-from workbench.window_views import accuracy, as_window_grid, layer_ratio
+from workbench.pipelines.slimswin.run import load_history, load_masks, pruned_model
+from workbench.plots.slimswin_views import accuracy, as_window_grid, layer_ratio
 
 
 def quiet(*_):
@@ -262,6 +262,6 @@ def test_slimswin_plots_and_views_do_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys, workbench.plots.slimswin, workbench.window_views; "
+    code = ("import sys, workbench.plots.slimswin, workbench.plots.slimswin_views; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0

@@ -25,7 +25,7 @@ PREDICTOR = ".attn.predictor."
 
 @pytest.fixture(scope="module")
 def runs(smoke_teacher):
-    from workbench.pipelines.sparsifiner import run_sparsifiner
+    from workbench.pipelines.sparsifiner.run import run_sparsifiner
 
     teacher = smoke_teacher("vit")
     return teacher, run_sparsifiner(teacher.id, 0.25, "smoke", **QUIET)
@@ -77,7 +77,7 @@ def test_runs_end_to_end(runs, batch):
 
 
 def test_keep_rates_share_phase1_and_linformer(runs):
-    from workbench.pipelines.sparsifiner import run_sparsifiner
+    from workbench.pipelines.sparsifiner.run import run_sparsifiner
 
     teacher, k25 = runs
     lines = []
@@ -97,7 +97,7 @@ def test_keep_rates_share_phase1_and_linformer(runs):
 
 
 def test_resume_after_interruption(runs, tmp_path, monkeypatch):
-    import workbench.pipelines.sparsifiner as pipeline
+    import workbench.pipelines.sparsifiner.run as pipeline
 
     teacher, reference = runs
     home = tmp_path / "home"
@@ -135,7 +135,7 @@ def test_cli_run_and_bad_inputs(runs, tmp_path, capsys, private_runs):
         with pytest.raises(SystemExit) as e:  # argparse: refused before any teacher is trained
             main(["run", "sparsifiner", "--keep-rate", bad, "--profile", "smoke"])
         assert e.value.code == 2 and "(0, 1]" in capsys.readouterr().err
-    from workbench.pipelines.sparsifiner import run_sparsifiner
+    from workbench.pipelines.sparsifiner.run import run_sparsifiner
 
     with pytest.raises(ValueError, match=r"\(0, 1\]"):
         run_sparsifiner(teacher.id, 1.5, "smoke", **QUIET)

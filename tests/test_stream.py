@@ -15,9 +15,9 @@ import pytest
 import torch
 import xarray as xr
 
-from workbench.chunked import ChunkError, completeness, done_chunks, read_layout, write_chunk
+from workbench.scale.chunked import ChunkError, completeness, done_chunks, read_layout, write_chunk
+from workbench.scale.stream import StreamError, StreamOptions, stream_analysis
 from workbench.store import StoreError, open_store
-from workbench.stream import StreamError, StreamOptions, stream_analysis
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.usefixtures("one_thread"),
@@ -179,7 +179,7 @@ def store(tmp_path_factory, ckpt):
 
 
 def test_reduce_by_label_matches_numpy(store):
-    from workbench.reduce import reduce_store
+    from workbench.scale.reduce import reduce_store
 
     ds = open_store(store).load()
     x, y = ds.cls_attention.values.astype(np.float64), ds.label.values
@@ -201,7 +201,7 @@ def test_reduce_by_label_matches_numpy(store):
 def test_dask_distributed_local_cluster_gives_the_local_numbers(store, processes):
     from distributed import Client, LocalCluster
 
-    from workbench.reduce import reduce_store
+    from workbench.scale.reduce import reduce_store
 
     local = reduce_store(store, by="label", stat="mean", progress=False)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=processes, dashboard_address=None) as cluster, \
@@ -248,8 +248,8 @@ def _stream_random(out, seed=None, **opts):
 
 def test_resume_with_other_random_weights_is_refused_naming_both_hashes(tmp_path):
     """A random-init store records its seed and its state dict's hash; a resume with another seed is refused."""
-    from workbench.chunked import DONE_DIR
     from workbench.models import load_model
+    from workbench.scale.chunked import DONE_DIR
 
     out = _stream_random(tmp_path / "r.zarr")
     attrs = read_layout(out)[1]

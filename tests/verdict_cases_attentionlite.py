@@ -1,5 +1,5 @@
 """Verdict cases of the AttentionLite items (tests/test_verdict_rules.py): small hand-built Datasets in the layout of
-:mod:`workbench.figures.attentionlite`'s data, each changed to push a rule to one side of a threshold."""
+:mod:`workbench.figures.attentionlite.items`'s data, each changed to push a rule to one side of a threshold."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Verdict cases of the SlimSwin items (tests/test_verdict_rules.py): small hand-built Datasets in the layout of
-:mod:`workbench.figures.slimswin`'s data (``window_saliency`` pairs, the FLOPs breakdown, Table I's rows), each
+:mod:`workbench.figures.slimswin.items`'s data (``window_saliency`` pairs, the FLOPs breakdown, Table I's rows), each
 changed to push a rule to one side of a threshold."""
 
 from __future__ import annotations

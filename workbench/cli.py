@@ -161,7 +161,7 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     r = add(sub, "reduce", "Reduce a store over samples (mean, std, quantile, top-k; per group with --by), lazily with "
             "dask; write a new store.", EXAMPLES["reduce"])
     if command == "reduce":
-        from workbench.stream_cli import add_reduce_parser
+        from workbench.scale.cli import add_reduce_parser
 
         add_reduce_parser(r)
     f = add(sub, "figures", "Regenerate paper figures and tables into figures/ with an index.", EXAMPLES["figures"])
@@ -196,7 +196,7 @@ def _analyze_flags(a: argparse.ArgumentParser) -> None:
     a.add_argument("--out", required=True, help="store path: .nc (in memory, written at the end) or .zarr (streamed in "
                                                  "chunks, resumable, several processes under torchrun)")
     a.add_argument("--layers", default=None, help="comma-separated block indices (default: all)")
-    from workbench.stream_cli import add_stream_flags
+    from workbench.scale.cli import add_stream_flags
 
     add_stream_flags(a)
     a.add_argument("--img-size", type=int, default=None, help="input resolution for timm models (e.g. 384)")
@@ -344,7 +344,7 @@ def cmd_run(args) -> int:
 
 def cmd_analyze(args) -> int:
     from workbench.analyze import run_analysis
-    from workbench.stream_cli import cmd_stream, streamed
+    from workbench.scale.cli import cmd_stream, streamed
 
     if streamed(args):
         return cmd_stream(args)
@@ -407,8 +407,8 @@ def cmd_compare(args) -> int:
 
 
 def cmd_inspect(args) -> int:
+    from workbench.scale.cli import inspect_chunked, print_whole
     from workbench.store import open_store
-    from workbench.stream_cli import inspect_chunked, print_whole
 
     if inspect_chunked(args.store):
         return 0
@@ -419,7 +419,7 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_reduce(args) -> int:
-    from workbench.stream_cli import cmd_reduce as run
+    from workbench.scale.cli import cmd_reduce as run
 
     return run(args)
 

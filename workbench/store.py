@@ -8,8 +8,8 @@ its own structure on open, so a truncated or damaged file is detected rather tha
 attention tensors out of memory until a plot asks for a slice.
 
 At dataset scale (tens of thousands of images, several processes) a store is a chunked **zarr v3**
-directory, ``NAME.zarr``, written chunk by chunk by :mod:`workbench.stream` (parallel chunk writes,
-done markers, resume) and read lazily as dask arrays; its layout is :mod:`workbench.chunked`.
+directory, ``NAME.zarr``, written chunk by chunk by :mod:`workbench.scale.stream` (parallel chunk writes,
+done markers, resume) and read lazily as dask arrays; its layout is :mod:`workbench.scale.chunked`.
 :func:`open_store` opens both kinds with the same provenance attrs.
 
 Encoding notes: netCDF attributes cannot be ``None`` (stored as ``"null"``) and booleans are
@@ -73,12 +73,12 @@ def open_store(path: str | Path, *, load: bool = False, partial: bool = False) -
     """Open a store lazily: ``.nc`` (variables load on access) or ``.zarr`` (dask arrays, complete chunks only).
 
     ``load=True`` reads everything and closes the file; ``partial=True`` opens the complete chunks of an
-    incomplete ``.zarr`` store (:func:`workbench.chunked.open_chunked`) instead of refusing it.
+    incomplete ``.zarr`` store (:func:`workbench.scale.chunked.open_chunked`) instead of refusing it.
 
     Raises:
         StoreError: missing file, damaged file, incomplete zarr store, or missing provenance attrs.
     """
-    from workbench.chunked import ChunkError, is_chunked, open_chunked
+    from workbench.scale.chunked import ChunkError, is_chunked, open_chunked
 
     path = Path(path).expanduser()
     if not path.exists():

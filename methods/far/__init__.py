@@ -15,7 +15,7 @@ Eq. 5–6). Submodules:
 - :mod:`.adjoint` — the BiLSTM's input gradients for all output tokens at once (token dependency, §4.3);
 - :mod:`.latency` — single-image CPU latency in PyTorch / ONNX Runtime (App. A.4), uniform pruning masks;
 - :mod:`.paper` — the paper's Table 1 and Table 3 numbers;
-- :mod:`.models` — the model forms as timm names (``far_vit``, with ``keep`` masks for the shrunk form).
+- :mod:`.forms` — the model forms as timm names (``far_vit``, with ``keep`` masks for the shrunk form).
 
 Typical use::
 
@@ -48,6 +48,7 @@ from .flops import (
     substitute_macs,
     table2,
 )
+from .forms import far_config, far_vit
 from .hoyer import (
     apply_masks,
     group_hoyer,
@@ -63,7 +64,6 @@ from .hoyer import (
 from .latency import onnx_latency_ms, torch_latencies_ms, torch_latency_ms, uniform_keep_masks
 from .losses import SCHEDULES, FARLoss, similarity_loss
 from .lstm import DIRECTIONS, MultiHeadBiLSTM
-from .models import far_config, far_vit
 from .paper import PAPER_TABLE1_IMAGENET, PAPER_TABLE3, PAPER_UNIFORM_KEEP
 from .replace import (
     block_outputs,

@@ -6,7 +6,7 @@ Inference? Explore Function-preserving Attention Replacement").
 - :class:`FARConfig`: the substitute architecture (§3.2).
 
 The training hyperparameters of Appendix A.1/A.2 per profile are the FAR pipeline's budgets
-(``workbench.pipelines.far_budgets``).
+(``workbench.pipelines.far.budgets``).
 """
 
 from __future__ import annotations

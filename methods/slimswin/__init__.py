@@ -9,11 +9,22 @@ Transformers" (papers/004). Pure torch/timm; never imports ``workbench``.
 * :mod:`.saliency` -- gate-gradient saliency and the KD loss (§IV-C, §V-B).
 * :mod:`.prune` -- global ranking and Algorithm 1 (§IV-B, §IV-D).
 * :mod:`.pruned` -- inference that skips pruned pairs (§IV-C, Fig. 3).
-* :mod:`.models` -- the train (gated) and deploy (pruned) forms as timm model names.
-* :mod:`.macs` -- attention MACs under a mask (Table I) and a component-wise breakdown (Fig. 1).
+* :mod:`.forms` -- the train (gated) and deploy (pruned) forms as timm model names.
+* :mod:`.flops` -- attention MACs under a mask (Table I) and a component-wise breakdown (Fig. 1).
 """
 
 from .config import Exclude, SaliencyReduce, SlimSwinConfig
+from .flops import (
+                       PAPER_ATTENTION_MACS,
+                       PAPER_RATIOS,
+                       PAPER_TABLE_I,
+                       PaperTableRow,
+                       attention_macs,
+                       sum_macs,
+                       swin_flops_breakdown,
+                       uniform_masks,
+)
+from .forms import slimswin_pruned, slimswin_swin
 from .gates import GatedWindowAttention, GateMode, add_gates, gate_probes, gated_modules, get_masks, is_gated, set_mask
 from .geometry import (
                        SWIN_BASE,
@@ -29,17 +40,6 @@ from .geometry import (
                        window_centers,
                        window_positions,
 )
-from .macs import (
-                       PAPER_ATTENTION_MACS,
-                       PAPER_RATIOS,
-                       PAPER_TABLE_I,
-                       PaperTableRow,
-                       attention_macs,
-                       sum_macs,
-                       swin_flops_breakdown,
-                       uniform_masks,
-)
-from .models import slimswin_pruned, slimswin_swin
 from .prune import (
                        PruneHistory,
                        PruneStep,

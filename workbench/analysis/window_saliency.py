@@ -19,7 +19,7 @@ its row/column in timm's ``window_partition`` order (the ``window_y``/``window_x
 stage) and ``token_px`` (input pixels per token side).
 
 Pure xarray views of these Datasets (window grids, layer-wise ratios, accuracy against the ratio) are in
-:mod:`workbench.window_views`, which plots use too.
+:mod:`workbench.plots.slimswin_views`, which plots use too.
 
 For the attention maps inside the windows use the ``window_attention`` extractor on the teacher.
 """

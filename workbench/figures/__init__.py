@@ -208,9 +208,10 @@ def figure(id: str, *, paper: str, caption: str | Callable[[], str], data: str |
 
 def load_all() -> dict[str, FigureSpec]:
     """Import every figure module of this package (each registers its figures and data) and return the figures."""
-    for info in pkgutil.iter_modules(__path__):
-        if not info.name.startswith("_") and info.name not in ("context", "schedule", "render"):
-            importlib.import_module(f"{__name__}.{info.name}")
+    for info in pkgutil.walk_packages(__path__, prefix=f"{__name__}."):  # a method's package and its modules
+        name = info.name.rsplit(".", 1)[-1]
+        if not name.startswith("_") and name not in ("context", "schedule", "render"):
+            importlib.import_module(info.name)
     return FIGURES
 
 

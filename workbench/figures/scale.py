@@ -4,8 +4,8 @@ Eight images show where one digit is read from; a class mean over the whole held
 images per class on the demo profile) shows where the model reads a *class* from, and the spread of
 the CLS row's entropy over a thousand images shows whether a compressed student attends more
 sharply or more diffusely than its teacher, block by block. Both come from streamed, chunked stores
-(:mod:`workbench.stream`, ``--queries cls``: one attention row per head, computed beside the fused
-attention where the blocks are timm's) reduced lazily (:mod:`workbench.reduce`).
+(:mod:`workbench.scale.stream`, ``--queries cls``: one attention row per head, computed beside the fused
+attention where the blocks are timm's) reduced lazily (:mod:`workbench.scale.reduce`).
 
 Models: the demo ViT teacher and the compressed ViT students that keep attention probabilities
 (:data:`METHODS`: Sparsifiner's sparse attention, Non-deep's parallel branches -- averaged over
@@ -43,9 +43,9 @@ def model_stats(ctx: Context, run, images: str, blocks: tuple[tuple[int, ...], .
     ``blocks``: a student of another depth's block correspondence (:class:`~workbench.figures.StudentSpec`): its block
     ``i`` is placed at the last teacher block of ``blocks[i]``, the convention of compare.fig2, so ``layer`` always
     counts teacher blocks."""
-    from workbench.reduce import compute, reduce_dataset
+    from workbench.scale.reduce import compute, reduce_dataset
     from workbench.store import open_store
-    from workbench.stream import StreamOptions, stream_analysis
+    from workbench.scale.stream import StreamOptions, stream_analysis
 
     ctx.use_run(run)
     sha = (run.manifest.get("checkpoint_sha256") or "none")[:12]
@@ -98,4 +98,4 @@ figure("scale.fig1", paper="workbench", data="scale.maps", plot=_plot,
                "the entropy of the CLS attention row (head mean; dashed: uniform attention). Blocks are counted in teacher "
                "blocks: a Non-deep block is placed at the last teacher block it replaces (3×2 at 1, 3, 5; 2×3 at 2, 5), "
                "as in compare.fig2. Streamed into chunked zarr "
-               "stores with --queries cls and reduced with dask (workbench.stream, workbench.reduce).")
+               "stores with --queries cls and reduced with dask (workbench.scale.stream, workbench.scale.reduce).")

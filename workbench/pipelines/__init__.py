@@ -115,9 +115,9 @@ def register_method(entry: Method) -> Method:
 
 def load_all() -> dict[str, Method]:
     """Import every module of this package (each registers its methods) and return :data:`METHODS`."""
-    for info in pkgutil.iter_modules(__path__):
-        if not info.name.startswith("_"):  # private modules are helpers of the public ones
-            importlib.import_module(f"{__name__}.{info.name}")
+    for info in pkgutil.walk_packages(__path__, prefix=f"{__name__}."):  # a method's package and its modules
+        if not info.name.rsplit(".", 1)[-1].startswith("_"):  # private modules are helpers of the public ones
+            importlib.import_module(info.name)
     return METHODS
 
 

@@ -26,8 +26,8 @@ from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from workbench.plots.slimswin_views import as_window_grid
 from workbench.plots.theme import ATTENTION_CMAP, MISSING_COLOR, PANEL_INCHES
-from workbench.window_views import as_window_grid
 
 #: Colours of the paper's Figs. 2 and 3: blue = remaining pair, grey = pruned pair.
 KEPT_COLOR = "#3b75af"

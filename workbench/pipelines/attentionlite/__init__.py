@@ -1,0 +1,10 @@
+"""AttentionLite (papers/003) as runs: one module per role, the same names for every method.
+
+- :mod:`.baselines` — the baselines its claims are compared with;
+- :mod:`.body` — the run body ``ensure_run`` calls (resumable training);
+- :mod:`.budgets` — the budgets per profile;
+- :mod:`.measures` — what the figures measure on its runs;
+- :mod:`.run` — the registry entry (options, paper numbers) and the run function.
+
+:func:`workbench.pipelines.load_all` imports every module here, so ``run`` registers the method.
+"""
