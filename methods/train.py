@@ -492,6 +492,29 @@ class _ConstantLR:
         pass
 
 
+@dataclass(frozen=True)
+class _Loop:
+    """The parts of one ``fit`` call that every epoch uses (built once by :func:`_build_loop`)."""
+
+    model: nn.Module  # the bare model (checkpointed, evaluated)
+    train_model: nn.Module  # what the loss calls: the model, DDP-wrapped on several ranks
+    optimizer: torch.optim.Optimizer  # timm's optimizer over the trainable parameters
+    scheduler: object  # timm scheduler (or _ConstantLR), stepped per update
+    scaler: torch.amp.GradScaler | None  # float16 gradient scaler (LSTMs under amp), else None
+    hooks: list[TrainHook]  # called after every step and at every epoch's end
+    loss_fn: LossFn  # (model, images, targets) -> (loss, parts)
+    batch_transform: BatchTransform | None  # applied to every training batch on the device
+    autocast: torch.autocast  # bfloat16 autocast context (disabled off CUDA or without amp)
+    loader: DataLoader  # the one training loader of all epochs
+    data: Dataset  # what the loader reads (an _EpochSeeded wrapper with workers)
+    train_sampler: Sampler  # the training order, set_epoch'ed every epoch
+    val_loader: DataLoader | None  # this rank's share of the held-out set, or None
+    workers: int  # DataLoader workers per rank
+    device: torch.device  # where batches go
+    rank: int  # this process's rank
+    world: int  # number of ranks
+
+
 def fit(
     model: nn.Module,
     train_set: Dataset,
@@ -532,60 +555,61 @@ def fit(
         FloatingPointError: a non-finite loss (read every :data:`SYNC_EVERY` steps and at the end of the epoch,
             before its checkpoint: the run stops without saving what the non-finite steps did).
     """
-    from timm.optim import create_optimizer_v2
-    from timm.scheduler import create_scheduler_v2
-
     device = resolve_device(cfg.device)
     if device.type == "cpu" and cfg.cpu_threads:
         with cpu_threads(cfg.cpu_threads):
             return fit(model, train_set, val_set, replace(cfg, cpu_threads=None), loss_fn=loss_fn, hooks=hooks,
                        ckpt_dir=ckpt_dir, on_epoch_end=on_epoch_end, params=params, stop_after=stop_after,
                        batch_transform=batch_transform, sampler=sampler)
+    loop, (start, num_updates, history) = _build_loop(
+        model, train_set, val_set, cfg, device, loss_fn=loss_fn, hooks=hooks, ckpt_dir=ckpt_dir, params=params,
+        batch_transform=batch_transform, sampler=sampler)
+    for done, epoch in enumerate(range(start, cfg.epochs)):
+        if stop_after is not None and done >= stop_after:
+            break
+        t0 = time.perf_counter()
+        _seed_epoch(loop, cfg.seed, epoch)
+        bar = _progress(loop.loader, f"epoch {epoch + 1}/{cfg.epochs}", cfg.progress and loop.rank == 0)
+        sums, num_updates = _train_epoch(loop, bar, epoch, num_updates)
+        metrics = _epoch_metrics(loop, cfg, sums, epoch)
+        metrics["epoch_time_s"] = time.perf_counter() - t0
+        history.append(metrics)
+        if loop.rank == 0 and ckpt_dir is not None:
+            save_checkpoint(Path(ckpt_dir), model, loop.optimizer, epoch, num_updates, history,
+                            [h.state_dict() for h in loop.hooks],
+                            scaler=loop.scaler.state_dict() if loop.scaler is not None else None)
+        if loop.rank == 0 and on_epoch_end is not None:
+            on_epoch_end(epoch, metrics)
+        if loop.world > 1:
+            dist.barrier()
+    model.eval()
+    return history
+
+
+def _build_loop(model: nn.Module, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfig,
+                device: torch.device, *, loss_fn: LossFn | None, hooks: Iterable[Hook], ckpt_dir: Path | None,
+                params: Iterable[nn.Parameter] | None, batch_transform: BatchTransform | None,
+                sampler: SamplerFactory | None) -> tuple[_Loop, tuple[int, int, list[dict]]]:
+    """The loop's parts, and ``(first epoch, updates so far, history)`` (from ``ckpt_dir``'s checkpoint, if any)."""
+    from timm.optim import create_optimizer_v2
+
     rank, world = init_distributed(device)
     hooks = [h if isinstance(h, TrainHook) else _StepFn(h) for h in hooks]
     model.to(device)
-    loss_fn = loss_fn or cross_entropy(cfg.label_smoothing)
     trainable = [p for p in (params if params is not None else model.parameters()) if p.requires_grad]
     if not trainable:
         raise ValueError("nothing to train: no parameter requires grad")
     optimizer = create_optimizer_v2(trainable, opt=cfg.opt, lr=cfg.lr, weight_decay=cfg.weight_decay, **foreach_kw(cfg.opt))
-    per_rank = max(1, cfg.batch_size // world)
-    if sampler is not None:
-        train_sampler = sampler(train_set, world, rank)
-    elif world > 1:
-        train_sampler = DistributedSampler(train_set, world, rank, shuffle=True, seed=cfg.seed, drop_last=True)
-    else:
-        train_sampler = _EpochShuffle(len(train_set), cfg.seed)  # a plain shuffle, seeded per epoch
+    train_sampler = _train_sampler(train_set, cfg.seed, sampler, world, rank)
     # Mixup needs even batches: the last incomplete one is dropped. Under DDP the samplers already give every rank
     # the same number of samples, so every rank takes the same number of steps with a partial last batch too.
     drop_last = batch_transform is not None
-    per_epoch = len(train_sampler)  # samples of this rank
-    if drop_last and 0 < per_epoch < per_rank:
-        # a set smaller than one batch (a trial on a few images): one batch of all of them (even, for mixup)
-        fitted = per_epoch - per_epoch % 2
-        if fitted > 0 and rank == 0:
-            print(f"note: {per_epoch} training samples per epoch and rank are fewer than a batch of {per_rank}: "
-                  f"training on batches of {fitted} (set --batch-size to choose)", flush=True)
-        per_rank = max(fitted, 1)
-    updates_per_epoch = per_epoch // per_rank if drop_last else math.ceil(per_epoch / per_rank)
-    if updates_per_epoch == 0 or (drop_last and per_rank < 2):
-        raise ValueError(f"the training set gives {per_epoch} samples per epoch and rank, fewer than one batch of "
-                         f"{per_rank}{' (mixup needs 2)' if drop_last else ''}; give more images or lower --batch-size")
-    scheduler, _ = create_scheduler_v2(
-        optimizer, sched=cfg.sched, num_epochs=cfg.epochs, warmup_epochs=cfg.warmup_epochs,
-        warmup_lr=cfg.warmup_lr, min_lr=cfg.min_lr, step_on_epochs=False, updates_per_epoch=max(1, updates_per_epoch),
-    )
-    if scheduler is None:  # timm < 1.0.31 knows no "constant" and returns None: the optimizer's lr is then constant
-        if cfg.sched != "constant" or cfg.warmup_epochs:
-            raise ValueError(f"timm {timm.__version__} has no scheduler {cfg.sched!r} (with warm-up "
-                             f"{cfg.warmup_epochs}); upgrade timm or choose another schedule")
-        scheduler = _ConstantLR()
-    start, num_updates, history = 0, 0, []
+    per_rank, updates_per_epoch = _batches(len(train_sampler), max(1, cfg.batch_size // world), drop_last, rank)
+    scheduler = _scheduler(optimizer, cfg, updates_per_epoch)
+    resume = (0, 0, [])
     if ckpt_dir is not None:
-        restored = load_checkpoint_state(Path(ckpt_dir), model, optimizer, hooks)
-        if restored is not None:
-            start, num_updates, history = restored
-    scheduler.step_update(num_updates)
+        resume = load_checkpoint_state(Path(ckpt_dir), model, optimizer, hooks) or resume
+    scheduler.step_update(resume[1])
     # static_graph: a loss may use parameters outside the forward or leave some without a gradient (Sparsifiner's losses
     # add a term on the predictor's W_up itself); every training loop here runs the same graph each step, which is
     # what DDP's static-graph mode needs to handle both.
@@ -601,7 +625,6 @@ def fit(
                                 persistent_workers=workers > 0)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.amp and device.type == "cuda")
     scaler = _restore_scaler(grad_scaler(cfg, device, model), ckpt_dir)
-
     # One loader for all epochs (persistent workers, each epoch reseeded: _EpochSeeded). It draws its workers' base
     # seed from `generator`, torch's global one when None: a given sampler without workers keeps drawing it there every
     # epoch, as the per-epoch loaders of earlier versions did (the same results); otherwise a private generator.
@@ -610,63 +633,109 @@ def fit(
     loader = DataLoader(data, sampler=train_sampler, batch_size=per_rank, num_workers=workers, drop_last=drop_last,
                         collate_fn=getattr(train_set, "collate_fn", None),  # a dataset may batch its own augmentation
                         pin_memory=pin, persistent_workers=workers > 0, generator=private)
-    done = 0
-    for epoch in range(start, cfg.epochs):
-        if stop_after is not None and done >= stop_after:
-            break
-        t0 = time.perf_counter()
-        epoch_seed = cfg.seed * 1000 + epoch * 7919 + rank  # augmentation randomness per epoch/rank
-        torch.manual_seed(epoch_seed)
-        np.random.seed(epoch_seed % 2**32)  # timm's Mixup
-        random.seed(epoch_seed)  # timm's RandAugment / RandomErasing without DataLoader workers
-        train_sampler.set_epoch(epoch)
-        if workers:
-            data.set_seed(epoch_seed)
-        train_model.train()
-        sums = _RunningSums(device)
-        bar = _progress(loader, f"epoch {epoch + 1}/{cfg.epochs}", cfg.progress and rank == 0)
-        for images, targets in bar:
-            images, targets = images.to(device, non_blocking=True), targets.to(device, non_blocking=True)
-            if batch_transform is not None:
-                images, targets = batch_transform(images, targets)
-            with autocast:
-                loss, parts = loss_fn(train_model, images, targets)
-            optimizer.zero_grad(set_to_none=True)
-            if scaler is None:
-                loss.backward()
-                optimizer.step()
-            else:  # float16 LSTMs under autocast (grad_scaler); the scaler skips steps whose gradients overflowed
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-            num_updates += 1
-            scheduler.step_update(num_updates)
-            for hook in hooks:
-                hook.after_step(unwrap(train_model), optimizer)
-            sums.add(loss, parts)
-            if sums.steps % SYNC_EVERY == 0:  # the host reads the device only every SYNC_EVERY steps
-                sums.check(epoch)
-                if hasattr(bar, "set_postfix"):
-                    bar.set_postfix(loss=f"{sums.means()['loss']:.3f}")
-        sums.check(epoch)
-        metrics = {"epoch": epoch, **{f"train_{k}": v for k, v in sums.means().items()}}
-        metrics["lr"] = optimizer.param_groups[0]["lr"]
-        for hook in hooks:
-            metrics.update(hook.on_epoch_end(unwrap(train_model), optimizer, epoch) or {})
-        if val_loader is not None and ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs):
-            metrics.update(evaluate(model, val_loader, device))  # the bare model: no collective per batch
-        metrics["epoch_time_s"] = time.perf_counter() - t0
-        history.append(metrics)
-        if rank == 0 and ckpt_dir is not None:
-            save_checkpoint(Path(ckpt_dir), model, optimizer, epoch, num_updates, history, [h.state_dict() for h in hooks],
-                            scaler=scaler.state_dict() if scaler is not None else None)
-        if rank == 0 and on_epoch_end is not None:
-            on_epoch_end(epoch, metrics)
-        if world > 1:
-            dist.barrier()
-        done += 1
-    model.eval()
-    return history
+    loop = _Loop(model=model, train_model=train_model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
+                 hooks=hooks, loss_fn=loss_fn or cross_entropy(cfg.label_smoothing), batch_transform=batch_transform,
+                 autocast=autocast, loader=loader, data=data, train_sampler=train_sampler, val_loader=val_loader,
+                 workers=workers, device=device, rank=rank, world=world)
+    return loop, resume
+
+
+def _train_sampler(train_set: Dataset, seed: int, sampler: SamplerFactory | None, world: int, rank: int) -> Sampler:
+    """The training order: ``sampler``'s, else a ``DistributedSampler`` on several ranks, else a seeded shuffle."""
+    if sampler is not None:
+        return sampler(train_set, world, rank)
+    if world > 1:
+        return DistributedSampler(train_set, world, rank, shuffle=True, seed=seed, drop_last=True)
+    return _EpochShuffle(len(train_set), seed)  # a plain shuffle, seeded per epoch
+
+
+def _batches(per_epoch: int, per_rank: int, drop_last: bool, rank: int) -> tuple[int, int]:
+    """``(batch size per rank, updates per epoch)`` for ``per_epoch`` samples of this rank.
+
+    Raises:
+        ValueError: fewer samples than one batch (two with ``drop_last``, for mixup).
+    """
+    if drop_last and 0 < per_epoch < per_rank:
+        # a set smaller than one batch (a trial on a few images): one batch of all of them (even, for mixup)
+        fitted = per_epoch - per_epoch % 2
+        if fitted > 0 and rank == 0:
+            print(f"note: {per_epoch} training samples per epoch and rank are fewer than a batch of {per_rank}: "
+                  f"training on batches of {fitted} (set --batch-size to choose)", flush=True)
+        per_rank = max(fitted, 1)
+    updates_per_epoch = per_epoch // per_rank if drop_last else math.ceil(per_epoch / per_rank)
+    if updates_per_epoch == 0 or (drop_last and per_rank < 2):
+        raise ValueError(f"the training set gives {per_epoch} samples per epoch and rank, fewer than one batch of "
+                         f"{per_rank}{' (mixup needs 2)' if drop_last else ''}; give more images or lower --batch-size")
+    return per_rank, updates_per_epoch
+
+
+def _scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, updates_per_epoch: int):
+    """timm's per-update schedule of ``cfg`` (a no-op one for ``constant`` on a timm that has none)."""
+    from timm.scheduler import create_scheduler_v2
+
+    scheduler, _ = create_scheduler_v2(
+        optimizer, sched=cfg.sched, num_epochs=cfg.epochs, warmup_epochs=cfg.warmup_epochs,
+        warmup_lr=cfg.warmup_lr, min_lr=cfg.min_lr, step_on_epochs=False, updates_per_epoch=max(1, updates_per_epoch),
+    )
+    if scheduler is None:  # timm < 1.0.31 knows no "constant" and returns None: the optimizer's lr is then constant
+        if cfg.sched != "constant" or cfg.warmup_epochs:
+            raise ValueError(f"timm {timm.__version__} has no scheduler {cfg.sched!r} (with warm-up "
+                             f"{cfg.warmup_epochs}); upgrade timm or choose another schedule")
+        scheduler = _ConstantLR()
+    return scheduler
+
+
+def _seed_epoch(loop: _Loop, seed: int, epoch: int) -> None:
+    """Reseed every generator augmentations draw from for ``epoch`` (per rank), and the shuffle and the workers."""
+    epoch_seed = seed * 1000 + epoch * 7919 + loop.rank  # augmentation randomness per epoch/rank
+    torch.manual_seed(epoch_seed)
+    np.random.seed(epoch_seed % 2**32)  # timm's Mixup
+    random.seed(epoch_seed)  # timm's RandAugment / RandomErasing without DataLoader workers
+    loop.train_sampler.set_epoch(epoch)
+    if loop.workers:
+        loop.data.set_seed(epoch_seed)
+
+
+def _train_epoch(loop: _Loop, batches: Iterable, epoch: int, num_updates: int) -> tuple[_RunningSums, int]:
+    """One epoch of optimizer steps over ``batches``; returns the loss sums (checked finite) and the update count."""
+    loop.train_model.train()
+    sums = _RunningSums(loop.device)
+    for images, targets in batches:
+        images, targets = images.to(loop.device, non_blocking=True), targets.to(loop.device, non_blocking=True)
+        if loop.batch_transform is not None:
+            images, targets = loop.batch_transform(images, targets)
+        with loop.autocast:
+            loss, parts = loop.loss_fn(loop.train_model, images, targets)
+        loop.optimizer.zero_grad(set_to_none=True)
+        if loop.scaler is None:
+            loss.backward()
+            loop.optimizer.step()
+        else:  # float16 LSTMs under autocast (grad_scaler); the scaler skips steps whose gradients overflowed
+            loop.scaler.scale(loss).backward()
+            loop.scaler.step(loop.optimizer)
+            loop.scaler.update()
+        num_updates += 1
+        loop.scheduler.step_update(num_updates)
+        for hook in loop.hooks:
+            hook.after_step(unwrap(loop.train_model), loop.optimizer)
+        sums.add(loss, parts)
+        if sums.steps % SYNC_EVERY == 0:  # the host reads the device only every SYNC_EVERY steps
+            sums.check(epoch)
+            if hasattr(batches, "set_postfix"):
+                batches.set_postfix(loss=f"{sums.means()['loss']:.3f}")
+    sums.check(epoch)
+    return sums, num_updates
+
+
+def _epoch_metrics(loop: _Loop, cfg: TrainConfig, sums: _RunningSums, epoch: int) -> dict:
+    """The epoch's metrics: mean training loss and parts, learning rate, the hooks' and (when due) the held-out set's."""
+    metrics = {"epoch": epoch, **{f"train_{k}": v for k, v in sums.means().items()}}
+    metrics["lr"] = loop.optimizer.param_groups[0]["lr"]
+    for hook in loop.hooks:
+        metrics.update(hook.on_epoch_end(unwrap(loop.train_model), loop.optimizer, epoch) or {})
+    if loop.val_loader is not None and ((epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs):
+        metrics.update(evaluate(loop.model, loop.val_loader, loop.device))  # the bare model: no collective per batch
+    return metrics
 
 
 def _progress(loader, desc: str, enabled: bool):

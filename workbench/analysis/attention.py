@@ -223,53 +223,12 @@ def extract_window_attention(
     Raises:
         ValueError: training mode, a non-Swin model, bad ``layers``/``stage``.
     """
-    all_points = attention_points(model, "swin")
-    if stage is not None:
-        if layers is not None:
-            raise ValueError("pass either layers or stage, not both")
-        layers = [p.layer for p in all_points if p.stage == stage]
-        if not layers:
-            raise ValueError(f"stage {stage} out of range (stages 0..{all_points[-1].stage})")
-    points = select_layers(all_points, layers)
+    points = _swin_points(model, layers, stage)
     block_names = [p.name.removesuffix(".attn.hook_pattern") for p in points]
     cache = record(model, images, [p.name for p in points] + [f"{b}.hook_resid_pre" for b in block_names])
-
-    per_layer: list[dict] = []
-    probs = []
-    for s, block_name in zip(points, block_names):
-        block = model.get_submodule(block_name)
-        b, h, w, _ = cache[f"{block_name}.hook_resid_pre"].shape  # block input (B, H, W, C)
-        wh, ww = block.window_size
-        sy, sx = block.shift_size
-        hp, wp = -(-h // wh) * wh, -(-w // ww) * ww  # padded map
-        p = cache[s.name].float().cpu().numpy()  # (B * windows, heads, wh*ww, wh*ww)
-        n_win = (hp // wh) * (wp // ww)
-        if p.shape[0] != b * n_win or p.shape[-1] != wh * ww:
-            raise RuntimeError(
-                f"block {s.layer}: attention shape {p.shape} does not match {n_win} windows of {wh}x{ww}"
-            )
-        probs.append(rearrange(p, "(b w) h q k -> b w h q k", b=b))
-        per_layer.append(
-            dict(stage=s.stage, shifted=bool(sy or sx), shift_y=sy, shift_x=sx, window_h=wh, window_w=ww,
-                 map_h=h, map_w=w, num_windows=n_win, num_heads=p.shape[1], padded=(hp, wp))
-        )
-    attn = pad_stack(probs, axis=1)  # (B, L, windows, heads, N, N)
+    probs, per_layer = zip(*(_window_probs(model, cache, s, b) for s, b in zip(points, block_names)))
+    attn = pad_stack(list(probs), axis=1)  # (B, L, windows, heads, N, N)
     _, n_layers, n_win, n_heads, n_tok, _ = attn.shape
-
-    def filled(shape: tuple[int, ...]) -> np.ndarray:
-        return np.full(shape, -1, dtype=np.int64)
-
-    win_y, win_x = filled((n_layers, n_win)), filled((n_layers, n_win))
-    tok_wy, tok_wx = filled((n_layers, n_tok)), filled((n_layers, n_tok))
-    map_y, map_x = filled((n_layers, n_win, n_tok)), filled((n_layers, n_win, n_tok))
-    for i, info in enumerate(per_layer):
-        win, nw, nt = (info["window_h"], info["window_w"]), info["num_windows"], info["window_h"] * info["window_w"]
-        win_y[i, :nw], win_x[i, :nw] = window_grid(info["padded"], win)
-        wc = window_coords(win, "query")
-        tok_wy[i, :nt], tok_wx[i, :nt] = wc["query_wy"], wc["query_wx"]
-        yy, xx = window_token_map_yx((info["map_h"], info["map_w"]), win, (info["shift_y"], info["shift_x"]))
-        map_y[i, :nw, :nt], map_x[i, :nw, :nt] = yy, xx
-
     per_layer_coords = {
         k: ("layer", [info[k] for info in per_layer])
         for k in ("stage", "shifted", "shift_y", "shift_x", "window_h", "window_w", "map_h", "map_w",
@@ -285,18 +244,70 @@ def extract_window_attention(
             "query": np.arange(n_tok),
             "key": np.arange(n_tok),
             **per_layer_coords,
-            "window_y": (("layer", "window"), win_y),
-            "window_x": (("layer", "window"), win_x),
-            "query_wy": (("layer", "query"), tok_wy),
-            "query_wx": (("layer", "query"), tok_wx),
-            "key_wy": (("layer", "key"), tok_wy.copy()),
-            "key_wx": (("layer", "key"), tok_wx.copy()),
-            "query_y": (("layer", "window", "query"), map_y),
-            "query_x": (("layer", "window", "query"), map_x),
-            "key_y": (("layer", "window", "key"), map_y.copy()),
-            "key_x": (("layer", "window", "key"), map_x.copy()),
+            **_window_position_coords(per_layer, n_win, n_tok),
         },
     )
     ds["attention"].attrs.update(units="probability", long_name="window attention probability")
     config = config_json(layers=None if stage is not None else layer_config(layers), stage=stage)
     return ds.assign_attrs(analysis="window_attention", config=config)
+
+
+def _swin_points(model: nn.Module, layers: int | Sequence[int] | None, stage: int | None) -> list:
+    """The Swin attention points of ``layers`` (global block indices) or of all blocks of ``stage``."""
+    all_points = attention_points(model, "swin")
+    if stage is not None:
+        if layers is not None:
+            raise ValueError("pass either layers or stage, not both")
+        layers = [p.layer for p in all_points if p.stage == stage]
+        if not layers:
+            raise ValueError(f"stage {stage} out of range (stages 0..{all_points[-1].stage})")
+    return select_layers(all_points, layers)
+
+
+def _window_probs(model: nn.Module, cache: dict, point, block_name: str) -> tuple[np.ndarray, dict]:
+    """One block's recorded window attention ``(B, windows, heads, N, N)`` and its geometry (per-layer coords)."""
+    block = model.get_submodule(block_name)
+    b, h, w, _ = cache[f"{block_name}.hook_resid_pre"].shape  # block input (B, H, W, C)
+    wh, ww = block.window_size
+    sy, sx = block.shift_size
+    hp, wp = -(-h // wh) * wh, -(-w // ww) * ww  # padded map
+    p = cache[point.name].float().cpu().numpy()  # (B * windows, heads, wh*ww, wh*ww)
+    n_win = (hp // wh) * (wp // ww)
+    if p.shape[0] != b * n_win or p.shape[-1] != wh * ww:
+        raise RuntimeError(
+            f"block {point.layer}: attention shape {p.shape} does not match {n_win} windows of {wh}x{ww}"
+        )
+    info = dict(stage=point.stage, shifted=bool(sy or sx), shift_y=sy, shift_x=sx, window_h=wh, window_w=ww,
+                map_h=h, map_w=w, num_windows=n_win, num_heads=p.shape[1], padded=(hp, wp))
+    return rearrange(p, "(b w) h q k -> b w h q k", b=b), info
+
+
+def _window_position_coords(per_layer: Sequence[dict], n_win: int, n_tok: int) -> dict:
+    """Window grid positions and token positions (in the window, in the unshifted map) per layer, ``-1`` padded."""
+    n_layers = len(per_layer)
+
+    def filled(shape: tuple[int, ...]) -> np.ndarray:
+        return np.full(shape, -1, dtype=np.int64)
+
+    win_y, win_x = filled((n_layers, n_win)), filled((n_layers, n_win))
+    tok_wy, tok_wx = filled((n_layers, n_tok)), filled((n_layers, n_tok))
+    map_y, map_x = filled((n_layers, n_win, n_tok)), filled((n_layers, n_win, n_tok))
+    for i, info in enumerate(per_layer):
+        win, nw, nt = (info["window_h"], info["window_w"]), info["num_windows"], info["window_h"] * info["window_w"]
+        win_y[i, :nw], win_x[i, :nw] = window_grid(info["padded"], win)
+        wc = window_coords(win, "query")
+        tok_wy[i, :nt], tok_wx[i, :nt] = wc["query_wy"], wc["query_wx"]
+        yy, xx = window_token_map_yx((info["map_h"], info["map_w"]), win, (info["shift_y"], info["shift_x"]))
+        map_y[i, :nw, :nt], map_x[i, :nw, :nt] = yy, xx
+    return {
+        "window_y": (("layer", "window"), win_y),
+        "window_x": (("layer", "window"), win_x),
+        "query_wy": (("layer", "query"), tok_wy),
+        "query_wx": (("layer", "query"), tok_wx),
+        "key_wy": (("layer", "key"), tok_wy.copy()),
+        "key_wx": (("layer", "key"), tok_wx.copy()),
+        "query_y": (("layer", "window", "query"), map_y),
+        "query_x": (("layer", "window", "query"), map_x),
+        "key_y": (("layer", "window", "key"), map_y.copy()),
+        "key_x": (("layer", "window", "key"), map_x.copy()),
+    }

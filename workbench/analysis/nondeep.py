@@ -202,6 +202,33 @@ def _relative(out: torch.Tensor, ref: torch.Tensor) -> np.ndarray:
     return (d / ref.abs().flatten(1).amax(1).clamp_min(torch.finfo(ref.dtype).tiny)).double().cpu().numpy()
 
 
+def _block_errors(col: nn.Module, cache: dict, sel: Sequence[int]) -> np.ndarray:
+    """``(B, layer)``: block i of the collapsed model ``col`` fed the branched block's recorded input, max |Δ output| /
+    max |the branched block's residual update|."""
+    per_block = []
+    for i in sel:
+        pre, post = cache[f"blocks.{i}.hook_resid_pre"], cache[f"blocks.{i}.hook_resid_post"]
+        d = (col.blocks[i](pre) - post).abs().flatten(1).amax(1)
+        per_block.append((d / (post - pre).abs().flatten(1).amax(1).clamp_min(1e-300)).cpu().numpy())
+    return np.stack(per_block, axis=1)
+
+
+def _collapse_variables(out: dict[str, list], precisions: Sequence[str], targets: torch.Tensor | None,
+                        ref_pred: torch.Tensor | None) -> dict:
+    """The collapse-error Dataset's variables from the per-variant lists in ``out``, for the precisions run."""
+    data = {}
+    if "float64" in precisions:
+        data["logit_error"] = (("model", "sample"), np.stack(out["logit_error"]))
+        data["block_error"] = (("model", "sample", "layer"), np.stack(out["block_error"]))
+    if "float32" in precisions:
+        data["logit_error_float32"] = (("model", "sample"), np.stack(out["logit_error_float32"]))
+        data["same_prediction"] = (("model", "sample"), np.stack(out["same_prediction"]))
+    if targets is not None and "float32" in precisions:
+        data["correct"] = (("model", "sample"), np.stack(out["correct"]))
+        data["branched_correct"] = ("sample", (ref_pred == targets.to(ref_pred.device)).cpu().numpy())
+    return data
+
+
 @register("collapse_error", example=Example(examples.branched, (2, 1, 28, 28), (0, 2)))
 @torch.no_grad()
 def extract_collapse_error(model: nn.Module, images: torch.Tensor, *, layers: int | Sequence[int] | None = None,
@@ -258,29 +285,14 @@ def extract_collapse_error(model: nn.Module, images: torch.Tensor, *, layers: in
             got = col(x)
             if dtype == torch.float64:
                 out["logit_error"].append(_relative(got, logits))
-                per_block = []
-                for i in sel:
-                    pre, post = cache[f"blocks.{i}.hook_resid_pre"], cache[f"blocks.{i}.hook_resid_post"]
-                    d = (col.blocks[i](pre) - post).abs().flatten(1).amax(1)
-                    per_block.append((d / (post - pre).abs().flatten(1).amax(1).clamp_min(1e-300)).cpu().numpy())
-                out["block_error"].append(np.stack(per_block, axis=1))  # (B, layer)
+                out["block_error"].append(_block_errors(col, cache, sel))  # (B, layer)
             else:
                 out["logit_error_float32"].append(_relative(got, logits))
                 pred = got.argmax(-1)
                 out["same_prediction"].append((pred == ref_pred).cpu().numpy())
                 if targets is not None:
                     out["correct"].append((pred == targets.to(pred.device)).cpu().numpy())
-    data = {}
-    if "float64" in precisions:
-        data["logit_error"] = (("model", "sample"), np.stack(out["logit_error"]))
-        data["block_error"] = (("model", "sample", "layer"), np.stack(out["block_error"]))
-    if "float32" in precisions:
-        data["logit_error_float32"] = (("model", "sample"), np.stack(out["logit_error_float32"]))
-        data["same_prediction"] = (("model", "sample"), np.stack(out["same_prediction"]))
-    if targets is not None and "float32" in precisions:
-        data["correct"] = (("model", "sample"), np.stack(out["correct"]))
-        data["branched_correct"] = ("sample", (ref_pred == targets.to(ref_pred.device)).cpu().numpy())
-    ds = xr.Dataset(data, coords={
+    ds = xr.Dataset(_collapse_variables(out, precisions, targets, ref_pred), coords={
         "model": variants, "sample": np.arange(images.shape[0]), "layer": sel,
         "equations": ("model", [COLLAPSE_VARIANTS[v].equations for v in variants]),
         "description": ("model", [COLLAPSE_VARIANTS[v].description for v in variants])})

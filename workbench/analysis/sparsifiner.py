@@ -102,6 +102,35 @@ def mass_agreement(mask: xr.DataArray, reference: xr.DataArray) -> xr.Dataset:
                       coords=coords)
 
 
+#: (variable, units, long name) of the sparse-attention Dataset's probabilities and shares.
+_SPARSE_LABELS = (("attention", "probability", "sparse attention (Eq. 4-5) multiplied into V"),
+                  ("full_attention", "probability", "dense softmax(QK^T/sqrt(d)) of the same queries"),
+                  ("teacher_attention", "probability", "dense teacher's attention"),
+                  ("own_mass", "share", "share of the own dense row on the kept keys"),
+                  ("teacher_mass", "share", "share of the teacher's row on the kept keys"))
+
+
+def _with_teacher_attention(ds: xr.Dataset, teacher: nn.Module | str, images: torch.Tensor,
+                            layer_ids: Sequence[int]) -> tuple[xr.Dataset, str]:
+    """``ds`` with the dense teacher's attention of the same layers and the masks' agreement with it, and the
+    teacher's reference (for the config).
+
+    Raises:
+        ValueError: the teacher's attention is not of the masks' shape (another token layout or heads).
+    """
+    t_model, ref = _teacher_model(teacher, images.device)
+    t_cache = record(t_model, images, [f"blocks.{i}.attn.hook_pattern" for i in layer_ids])
+    t_attn = np.stack([t_cache[f"blocks.{i}.attn.hook_pattern"].float().cpu().numpy() for i in layer_ids], axis=1)
+    mask = ds["mask"]
+    if t_attn.shape != mask.shape:
+        raise ValueError(f"the teacher's attention has shape {t_attn.shape}, the student's masks {mask.shape}: "
+                         "not the same token layout and heads")
+    ds["teacher_attention"] = (mask.dims, t_attn)
+    agree = mass_agreement(ds["mask"], ds["teacher_attention"])
+    return ds.assign(teacher_mass=agree["mass"], teacher_oracle_mass=agree["oracle_mass"],
+                     teacher_overlap=agree["overlap"]), ref
+
+
 @register("sparse_attention", example=Example(examples.sparsifiner, (2, 1, 28, 28), (0, 2)))
 def extract_sparse_attention(
     model: nn.Module,
@@ -170,21 +199,8 @@ def extract_sparse_attention(
                    chance_mass=own["chance_mass"])
     ref = None
     if teacher is not None:
-        t_model, ref = _teacher_model(teacher, images.device)
-        t_cache = record(t_model, images, [f"blocks.{i}.attn.hook_pattern" for i in layer_ids])
-        t_attn = np.stack([t_cache[f"blocks.{i}.attn.hook_pattern"].float().cpu().numpy() for i in layer_ids], axis=1)
-        if t_attn.shape != mask.shape:
-            raise ValueError(f"the teacher's attention has shape {t_attn.shape}, the student's masks {mask.shape}: "
-                             "not the same token layout and heads")
-        ds["teacher_attention"] = (dims, t_attn)
-        agree = mass_agreement(ds["mask"], ds["teacher_attention"])
-        ds = ds.assign(teacher_mass=agree["mass"], teacher_oracle_mass=agree["oracle_mass"],
-                       teacher_overlap=agree["overlap"])
-    for name, units, long in (("attention", "probability", "sparse attention (Eq. 4-5) multiplied into V"),
-                              ("full_attention", "probability", "dense softmax(QK^T/sqrt(d)) of the same queries"),
-                              ("teacher_attention", "probability", "dense teacher's attention"),
-                              ("own_mass", "share", "share of the own dense row on the kept keys"),
-                              ("teacher_mass", "share", "share of the teacher's row on the kept keys")):
+        ds, ref = _with_teacher_attention(ds, teacher, images, layer_ids)
+    for name, units, long in _SPARSE_LABELS:
         if name in ds:
             ds[name].attrs.update(units=units, long_name=long)
     return ds.assign_attrs(analysis="sparse_attention", config=config_json(layers=layer_config(layers), teacher=ref))

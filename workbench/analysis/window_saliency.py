@@ -133,43 +133,14 @@ def extract_window_saliency(
     """
     import copy
 
-    import torch
-    import torch.nn.functional as F
+    from methods.slimswin import add_gates, get_masks, is_gated, swin_blocks
 
-    from methods.devices import differentiable
-    from methods.slimswin import add_gates, check_swin, gate_probes, get_masks, is_gated, swin_blocks
-
-    check_swin(model)
-    if model.training or any(m.training for m in model.modules()):
-        raise ValueError("window_saliency needs an eval-mode model (call model.eval()): dropout and drop-path "
-                         "would make the gradients random")
-    if any(hasattr(b.attn, "active") for b in swin_blocks(model)):
-        raise ValueError("this Swin is pruned (to_pruned) and has no gates; analyse the gated model instead "
-                         "(load_model(run_id).model)")
-    if not isinstance(images, torch.Tensor) or images.ndim != 4:
-        raise ValueError(f"images must be a (B, C, H, W) tensor, got {getattr(images, 'shape', type(images))}")
-    n_layers = len(swin_blocks(model))
-    selected = _select_layers(n_layers, layers)
+    _check_saliency_input(model, images)
+    selected = _select_layers(len(swin_blocks(model)), layers)
     gated = model if is_gated(model) else add_gates(copy.deepcopy(model), mode=gate_mode)
-    device = next(gated.parameters()).device
-    images = images.to(device)
-    with torch.no_grad():
-        predicted = torch.cat([gated(images[i: i + batch_size]).argmax(-1) for i in range(0, len(images), batch_size)])
-    if targets is None:
-        target, source = predicted, "predictions"
-    else:
-        target = torch.as_tensor(targets, device=device).long()
-        if target.shape != (len(images),):
-            raise ValueError(f"targets must be one class index per image, shape ({len(images)},), got {tuple(target.shape)}")
-        source = "given"
-    grads = []
-    for i in range(0, len(images), batch_size):
-        x, t = images[i: i + batch_size], target[i: i + batch_size]
-        with torch.enable_grad(), differentiable(gated), gate_probes(gated, x.shape[0]) as probes:  # also under no_grad
-            loss = F.cross_entropy(gated(x), t, reduction="sum")  # sum_b loss_b: d/d probe[b] = G[b]
-            g = torch.autograd.grad(loss, [probes[l] for l in selected])  # each (b, W, H)
-        grads.append(torch.cat([gl.detach().reshape(x.shape[0], -1) for gl in g], dim=1).double().cpu())  # (b, pairs)
-    gradient = torch.cat(grads).numpy()  # (B, pairs) in (layer, window, head) order
+    images = images.to(next(gated.parameters()).device)
+    predicted, target, source = _loss_targets(gated, images, targets, batch_size)
+    gradient = _gate_gradients(gated, images, target, selected, batch_size)  # (B, pairs)
     coords = _pair_coords(gated, selected, get_masks(gated))
     mask = coords.pop("mask")
     ds = xr.Dataset(
@@ -184,6 +155,57 @@ def extract_window_saliency(
     config = config_json(layers=None if layers is None else selected, reduce=reduce, targets=source,
                          gate_mode=_gate_mode(gated), loss="cross_entropy")
     return ds.assign_attrs(analysis="window_saliency", config=config)
+
+
+def _check_saliency_input(model, images) -> None:
+    """Raise a ValueError unless ``model`` is an eval-mode, gated or plain timm Swin and ``images`` a batch."""
+    import torch
+
+    from methods.slimswin import check_swin, swin_blocks
+
+    check_swin(model)
+    if model.training or any(m.training for m in model.modules()):
+        raise ValueError("window_saliency needs an eval-mode model (call model.eval()): dropout and drop-path "
+                         "would make the gradients random")
+    if any(hasattr(b.attn, "active") for b in swin_blocks(model)):
+        raise ValueError("this Swin is pruned (to_pruned) and has no gates; analyse the gated model instead "
+                         "(load_model(run_id).model)")
+    if not isinstance(images, torch.Tensor) or images.ndim != 4:
+        raise ValueError(f"images must be a (B, C, H, W) tensor, got {getattr(images, 'shape', type(images))}")
+
+
+def _loss_targets(gated, images, targets, batch_size: int):
+    """``(predicted, target, source)``: the model's top-1 classes ``(B,)``, the classes the loss uses (``targets``, or
+    the predictions when None) and which of the two it is (``"given"`` / ``"predictions"``)."""
+    import torch
+
+    with torch.no_grad():
+        predicted = torch.cat([gated(images[i: i + batch_size]).argmax(-1) for i in range(0, len(images), batch_size)])
+    if targets is None:
+        return predicted, predicted, "predictions"
+    target = torch.as_tensor(targets, device=images.device).long()
+    if target.shape != (len(images),):
+        raise ValueError(f"targets must be one class index per image, shape ({len(images)},), got {tuple(target.shape)}")
+    return predicted, target, "given"
+
+
+def _gate_gradients(gated, images, target, selected: Sequence[int], batch_size: int) -> np.ndarray:
+    """``d CE(x) / d gate`` per image and pair of the ``selected`` layers: ``(B, pairs)`` float64, pairs in
+    (layer, window, head) order."""
+    import torch
+    import torch.nn.functional as F
+
+    from methods.devices import differentiable
+    from methods.slimswin import gate_probes
+
+    grads = []
+    for i in range(0, len(images), batch_size):
+        x, t = images[i: i + batch_size], target[i: i + batch_size]
+        with torch.enable_grad(), differentiable(gated), gate_probes(gated, x.shape[0]) as probes:  # also under no_grad
+            loss = F.cross_entropy(gated(x), t, reduction="sum")  # sum_b loss_b: d/d probe[b] = G[b]
+            g = torch.autograd.grad(loss, [probes[l] for l in selected])  # each (b, W, H)
+        grads.append(torch.cat([gl.detach().reshape(x.shape[0], -1) for gl in g], dim=1).double().cpu())  # (b, pairs)
+    return torch.cat(grads).numpy()  # (B, pairs) in (layer, window, head) order
 
 
 def _gate_mode(model) -> str:
