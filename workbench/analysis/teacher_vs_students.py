@@ -255,6 +255,26 @@ def block_pairs(teacher_blocks: Sequence[str], student_blocks: Sequence[str],
     return {teacher_blocks[g[-1]]: s for g, s in zip(groups, student_blocks)}
 
 
+class _MapScores:
+    """The token-map agreement arrays of :func:`_maps_part`, filled one (model, block) pair at a time."""
+
+    def __init__(self, n_models: int, n_samples: int, n_blocks: int, heads: int, topk: Any):
+        shape = (n_models, n_samples, n_blocks)
+        self.topk = topk
+        self.out = {m: np.full((*shape, heads), np.nan) for m in METRICS}  # (model, sample, layer, head)
+        self.out.update({f"{m}_avg": np.full(shape, np.nan) for m in METRICS})  # (model, sample, layer)
+        self.measure = np.full((n_models, n_blocks), "", dtype=object)  # "attention" / "saliency" per pair scored
+        self.paired = np.full((n_models, n_blocks), "", dtype=object)  # the model's block scored against the teacher's
+
+    def score(self, mi: int, li: int, a: torch.Tensor, b: torch.Tensor, kind: str, block: str) -> None:
+        r = token_map_agreement(a, b, topk=self.topk)
+        for m in METRICS:
+            self.out[m][mi, :, li, : a.shape[1]] = r[m]
+            self.out[f"{m}_avg"][mi, :, li] = r[f"{m}_avg"]
+        self.measure[mi, li] = kind
+        self.paired[mi, li] = block
+
+
 def _maps_part(models: Mapping[str, nn.Module], images: torch.Tensor, reference: str, layer_names: list[str],
                cfg: CompareConfig, notes: dict, bar: Any,
                correspondence: Mapping[str, Sequence[Sequence[int]]] | None = None) -> xr.Dataset | str:
@@ -265,57 +285,14 @@ def _maps_part(models: Mapping[str, nn.Module], images: torch.Tensor, reference:
         return f"the teacher {reference!r} has no attention (no *.attn.hook_pattern hook points)"
     blocks = [b for b in layer_names if b in ref] or list(ref)
     heads = max(ref[b].shape[1] for b in blocks)
-    b_count = images.shape[0]
-    shape = (len(models), b_count, len(blocks))
-    out = {m: np.full((*shape, heads), np.nan) for m in METRICS}
-    out.update({f"{m}_avg": np.full(shape, np.nan) for m in METRICS})
-    measure = np.full((len(models), len(blocks)), "", dtype=object)
-    paired = np.full((len(models), len(blocks)), "", dtype=object)
-
-    def score(mi: int, li: int, a: torch.Tensor, b: torch.Tensor) -> None:
-        r = token_map_agreement(a, b, topk=cfg.topk)
-        for m in METRICS:
-            out[m][mi, :, li, : a.shape[1]] = r[m]
-            out[f"{m}_avg"][mi, :, li] = r[f"{m}_avg"]
-
+    scores = _MapScores(len(models), images.shape[0], len(blocks), heads, cfg.topk)
     saliency_used = False
     for mi, (label, model) in enumerate(models.items()):
         if label == reference:
             continue
         bar.set_postfix_str(f"maps: {label}")
-        att = attention_maps(model, images, batch_size=cfg.batch_size) if cfg.student_maps != "dependency" else {}
-        groups = (correspondence or {}).get(label)
-        own_blocks = list(att) or [f"blocks.{i}" for i in range(len(getattr(model, "blocks", [])))]
-        pair = block_pairs(blocks, own_blocks, groups)
-        want_sal = [pair[b] for b in blocks if b in pair and (pair[b] not in att or cfg.student_maps == "dependency")]
-        sal: dict[str, torch.Tensor] = {}
-        if want_sal and cfg.student_maps != "attention":
-            if not isinstance(getattr(model, "blocks", None), (nn.Sequential, nn.ModuleList)):
-                notes.setdefault("maps", {})[label] = ("no token maps: neither attention (*.attn.hook_pattern) nor ViT "
-                                                       "blocks for gradient-saliency dependency")
-            else:
-                try:
-                    sal = saliency_maps(model, images, _block_indices(want_sal))
-                except ValueError as err:
-                    notes.setdefault("maps", {})[label] = f"no gradient-saliency dependency for {want_sal}: {err}"
-        missing = []
-        for li, b in enumerate(blocks):
-            if b not in pair:  # inside a group the student replaces: scored at the group's last block
-                continue
-            sb = pair[b]
-            if sb in att and cfg.student_maps != "dependency":
-                student, kind = att[sb], "attention"
-            else:
-                student, kind = sal.get(sb), "saliency"
-            if student is None or student.shape[0] != b_count or student.shape[2:] != ref[b].shape[2:]:
-                missing.append(b)
-                continue
-            score(mi, li, ref[b], student)
-            measure[mi, li] = kind
-            paired[mi, li] = sb
-            saliency_used |= kind == "saliency"
-        if missing and label not in notes.get("maps", {}):
-            notes.setdefault("maps", {})[label] = f"no token map lining up with the teacher's for blocks {missing}"
+        saliency_used |= _score_student(scores, mi, label, model, images, ref, blocks, cfg, notes,
+                                        (correspondence or {}).get(label))
         bar.update()
     ti = list(models).index(reference)
     if saliency_used:  # the teacher's own saliency against its attention: the reference for saliency students
@@ -323,22 +300,66 @@ def _maps_part(models: Mapping[str, nn.Module], images: torch.Tensor, reference:
             own = saliency_maps(models[reference], images, _block_indices(blocks))
             for li, b in enumerate(blocks):
                 if b in own:
-                    score(ti, li, ref[b], own[b])
-                    measure[ti, li] = "saliency"
-                    paired[ti, li] = b
+                    scores.score(ti, li, ref[b], own[b], "saliency", b)
         except ValueError as err:
             notes.setdefault("maps", {})[reference] = f"no saliency of the teacher: {err}"
     else:
         notes.setdefault("maps", {})[reference] = "the reference (its saliency is compared only when a student's is)"
+    return _maps_dataset(scores, list(models), blocks, layer_names, ref, images.shape[0])
+
+
+def _score_student(scores: _MapScores, mi: int, label: str, model: nn.Module, images: torch.Tensor,
+                   ref: Mapping[str, torch.Tensor], blocks: list[str], cfg: CompareConfig, notes: dict,
+                   groups: Sequence[Sequence[int]] | None) -> bool:
+    """Score student ``label``'s token maps against the teacher's ``ref`` (its attention where it has it, else its
+    gradient saliency); notes what does not line up. Returns whether a saliency map was scored."""
+    att = attention_maps(model, images, batch_size=cfg.batch_size) if cfg.student_maps != "dependency" else {}
+    own_blocks = list(att) or [f"blocks.{i}" for i in range(len(getattr(model, "blocks", [])))]
+    pair = block_pairs(blocks, own_blocks, groups)
+    want_sal = [pair[b] for b in blocks if b in pair and (pair[b] not in att or cfg.student_maps == "dependency")]
+    sal: dict[str, torch.Tensor] = {}
+    if want_sal and cfg.student_maps != "attention":
+        if not isinstance(getattr(model, "blocks", None), (nn.Sequential, nn.ModuleList)):
+            notes.setdefault("maps", {})[label] = ("no token maps: neither attention (*.attn.hook_pattern) nor ViT "
+                                                   "blocks for gradient-saliency dependency")
+        else:
+            try:
+                sal = saliency_maps(model, images, _block_indices(want_sal))
+            except ValueError as err:
+                notes.setdefault("maps", {})[label] = f"no gradient-saliency dependency for {want_sal}: {err}"
+    missing, saliency_used = [], False
+    for li, b in enumerate(blocks):
+        if b not in pair:  # inside a group the student replaces: scored at the group's last block
+            continue
+        sb = pair[b]
+        if sb in att and cfg.student_maps != "dependency":
+            student, kind = att[sb], "attention"
+        else:
+            student, kind = sal.get(sb), "saliency"
+        if student is None or student.shape[0] != images.shape[0] or student.shape[2:] != ref[b].shape[2:]:
+            missing.append(b)
+            continue
+        scores.score(mi, li, ref[b], student, kind, sb)
+        saliency_used |= kind == "saliency"
+    if missing and label not in notes.get("maps", {}):
+        notes.setdefault("maps", {})[label] = f"no token map lining up with the teacher's for blocks {missing}"
+    return saliency_used
+
+
+def _maps_dataset(scores: _MapScores, models: list[str], blocks: list[str], layer_names: list[str],
+                  ref: Mapping[str, torch.Tensor], b_count: int) -> xr.Dataset:
+    """The ``map_*`` variables of the comparison Dataset from the filled ``scores``."""
+    out = scores.out
     lay = [layer_names.index(b) if b in layer_names else i for i, b in enumerate(blocks)]
     dims = ("model", "sample", "layer")
     ds = xr.Dataset(
         {**{f"map_{m}": ((*dims, "head"), out[m]) for m in METRICS},
          **{f"map_{m}_avg": (dims, out[f"{m}_avg"]) for m in METRICS}},
-        coords={"model": list(models), "sample": np.arange(b_count), "layer": lay, "head": np.arange(heads),
+        coords={"model": models, "sample": np.arange(b_count), "layer": lay,
+                "head": np.arange(out[METRICS[0]].shape[-1]),
                 "layer_name": ("layer", blocks), "num_heads": ("layer", [ref[b].shape[1] for b in blocks]),
-                "map_measure": (("model", "layer"), measure.astype(str)),
-                "map_student_block": (("model", "layer"), paired.astype(str))},
+                "map_measure": (("model", "layer"), scores.measure.astype(str)),
+                "map_student_block": (("model", "layer"), scores.paired.astype(str))},
     )
     for m, u in (("js", "bits"), ("topk", "fraction"), ("spearman", "rank correlation")):
         ds[f"map_{m}"].attrs["units"] = ds[f"map_{m}_avg"].attrs["units"] = u
@@ -363,6 +384,21 @@ def _targets(logits: Mapping[str, torch.Tensor], reference: str, labels: np.ndar
 def _attribution_parts(models: Mapping[str, nn.Module], images: torch.Tensor, targets: Mapping[str, torch.Tensor],
                        reference: str, cfg: CompareConfig, notes: dict, seconds: dict, bar: Any) -> xr.Dataset:
     start = time.perf_counter()
+    ds, got, raw_ig = _attributions(models, images, targets, reference, cfg, notes, bar)
+    seconds["attributions"] = time.perf_counter() - start
+    if "faithfulness" not in cfg.parts:
+        return ds
+    start = time.perf_counter()
+    ds = _faithfulness(ds, models, images, targets, got, raw_ig, cfg, bar)
+    seconds["faithfulness"] = time.perf_counter() - start
+    return ds
+
+
+def _attributions(models: Mapping[str, nn.Module], images: torch.Tensor, targets: Mapping[str, torch.Tensor],
+                  reference: str, cfg: CompareConfig, notes: dict, bar: Any
+                  ) -> tuple[xr.Dataset, dict[str, dict[str, torch.Tensor]], dict[str, torch.Tensor]]:
+    """The attribution maps of every model and their agreement with the teacher's; also the maps per model and
+    attribution method, and the raw Integrated Gradients per model (for infidelity)."""
     methods = list(cfg.attributions)
     b, _, h, w = images.shape
     n_m = len(models)
@@ -406,10 +442,15 @@ def _attribution_parts(models: Mapping[str, nn.Module], images: torch.Tensor, ta
                      **{f"attribution_{k}": (("model", "attribution", "sample"), v) for k, v in agree.items()}},
                     coords=coords)
     ds["ig_delta"].attrs.update(units="fraction", long_name="|Σ IG − (f(x) − f(baseline))| / |f(x) − f(baseline)|")
-    seconds["attributions"] = time.perf_counter() - start
-    if "faithfulness" not in cfg.parts:
-        return ds
-    start = time.perf_counter()
+    return ds, got, raw_ig
+
+
+def _faithfulness(ds: xr.Dataset, models: Mapping[str, nn.Module], images: torch.Tensor,
+                  targets: Mapping[str, torch.Tensor], got: Mapping[str, Mapping[str, torch.Tensor]],
+                  raw_ig: Mapping[str, torch.Tensor], cfg: CompareConfig, bar: Any) -> xr.Dataset:
+    """``ds`` with the deletion / insertion curves of every attribution map (and their AUCs) and, with
+    ``cfg.infidelity``, the infidelity of each model's Integrated Gradients."""
+    methods, b, n_m = list(cfg.attributions), images.shape[0], len(models)
     steps = cfg.steps + 1
     curves = {k: np.full((n_m, len(methods), b, steps), np.nan) for k in ("deletion", "insertion")}
     fraction = None
@@ -440,7 +481,6 @@ def _attribution_parts(models: Mapping[str, nn.Module], images: torch.Tensor, ta
     if cfg.infidelity:
         ds["infidelity"] = (("model", "sample"), infid)
         ds["infidelity"].attrs.update(long_name="captum infidelity of Integrated Gradients (normalised)")
-    seconds["faithfulness"] = time.perf_counter() - start
     return ds
 
 
