@@ -25,6 +25,7 @@ so ``load_state_dict(strict=True)`` restores the shrunk model exactly.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 import timm
 import torch
@@ -98,6 +99,25 @@ def _fill_bn(new: nn.BatchNorm2d, old: nn.BatchNorm2d, idx: torch.Tensor) -> Non
         new.num_batches_tracked.copy_(old.num_batches_tracked)
 
 
+@dataclass(frozen=True)
+class _Resize:
+    """What :func:`_restructure` builds every layer from: kept sizes, kept indices and the model's dtype/device."""
+
+    counts: dict[str, int]  # layer name -> kept columns (layers not listed keep all)
+    full: dict[str, int]  # layer name -> its columns before shrinking
+    idx: dict[str, torch.Tensor] | None  # layer name -> kept column indices (None: sizes only, no weights copied)
+    ref: torch.Tensor  # a parameter of the model: new layers take its dtype and device
+
+    def like(self, m: nn.Module) -> nn.Module:  # floating parameters / buffers only: kept-column indices stay int64
+        return m.to(device=self.ref.device, dtype=self.ref.dtype)
+
+    def n_of(self, name: str) -> int:
+        return self.counts.get(name, self.full.get(name))
+
+    def ix(self, name: str) -> torch.Tensor | None:
+        return None if self.idx is None else self.idx.get(name, torch.arange(self.full[name]))
+
+
 def _restructure(model: nn.Module, counts: dict[str, int], idx: dict[str, torch.Tensor] | None = None) -> nn.Module:
     """Swap ``model``'s modules (in place) for their column-pruned sizes; with ``idx`` also copy the kept weights.
 
@@ -107,85 +127,85 @@ def _restructure(model: nn.Module, counts: dict[str, int], idx: dict[str, torch.
     """
     mods = dict(model.named_modules())
     ref = next(model.parameters())
-
-    def like(m: nn.Module) -> nn.Module:  # floating parameters / buffers only: kept-column indices stay int64
-        return m.to(device=ref.device, dtype=ref.dtype)
-
     full = {n: (m.weight[0].numel()) for n, m in prunable_layers(model).items()}
     unknown = sorted(set(counts) - set(full))
     if unknown:
         raise ValueError(f"kept names layers the model does not have: {unknown[:4]}")
-
-    def n_of(name: str) -> int:
-        return counts.get(name, full.get(name))
-
-    def ix(name: str) -> torch.Tensor | None:
-        return None if idx is None else idx.get(name, torch.arange(full[name]))
-
+    plan = _Resize(counts, full, idx, ref)
     done: set[str] = set()
     for path, block in list(mods.items()):
-        if not isinstance(block, SABottleneck):
-            continue
-        p = f"{path}."
-        attn: LocalSelfAttention = block.attn
-        width = attn.out_channels
-        m1, v = n_of(p + "attn.qkv"), n_of(p + "conv3")
-        s1 = ix(p + "attn.qkv")  # kept attention inputs = surviving conv1 filters
-        s3 = ix(p + "conv3")  # kept conv3 inputs = surviving value channels
-        old_conv1, old_bn1, old_bn2, old_conv3, old_ds = block.conv1, block.bn1, block.bn2, block.conv3, block.downsample
-        n1 = n_of(p + "conv1")
-        conv1 = nn.Conv2d(old_conv1.in_channels, m1, 1, bias=False)
-        conv1 = like(ColumnConv2d(old_conv1.in_channels, m1, 1, n1) if n1 < old_conv1.in_channels else conv1)
-        new_attn = like(LocalSelfAttention(m1, width, attn.kernel_size, attn.num_heads, v_channels=v))
-        conv3 = like(nn.Conv2d(v, old_conv3.out_channels, 1, bias=False))
-        bn1, bn2 = like(_bn(old_bn1, m1)), like(_bn(old_bn2, v))
-        if idx is not None:
-            _fill_column(conv1, old_conv1, ix(p + "conv1") if n1 < old_conv1.in_channels else None, rows=s1)
-            if bn1 is not old_bn1:
-                _fill_bn(bn1, old_bn1, s1)
-            wq, wk, wv = attn.qkv.weight.detach().reshape(3 * width, -1).split(width)  # (width, C_in) each, dense layer
-            with torch.no_grad():
-                new_attn.qkv.weight.copy_(torch.cat([wq[:, s1], wk[:, s1], wv[s3][:, s1]]).view_as(new_attn.qkv.weight))
-                new_attn.rel_row.copy_(attn.rel_row)
-                new_attn.rel_col.copy_(attn.rel_col)
-                new_attn.v_index.copy_(s3)
-            if bn2 is not old_bn2:
-                _fill_bn(bn2, old_bn2, s3)
-            _fill_column(conv3, old_conv3, s3)
-        block.conv1, block.bn1, block.attn, block.bn2, block.conv3 = conv1, bn1, new_attn, bn2, conv3
-        done.update({p + "conv1", p + "attn.qkv", p + "conv3"})
-        if old_ds is not None and isinstance(old_ds[0], nn.Conv2d):
-            nd = n_of(p + "downsample.0")
-            new = like(_column(old_ds[0], nd))
-            if new is not old_ds[0] and idx is not None:
-                _fill_column(new, old_ds[0], ix(p + "downsample.0"))
-            old_ds[0] = new
-            done.add(p + "downsample.0")
+        if isinstance(block, SABottleneck):
+            done |= _restructure_bottleneck(block, f"{path}.", plan)
     for name in full:
-        if name in done:
-            continue
-        parent_name, _, attr = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        old = getattr(parent, attr)
-        if isinstance(parent, LocalSelfAttention):  # an attention stem: its qkv's columns are image channels
-            n = n_of(name)
-            if n < parent.in_channels:
-                new_attn = like(LocalSelfAttention(parent.in_channels, parent.out_channels, parent.kernel_size,
-                                                   parent.num_heads, in_kept=n))
-                if idx is not None:
-                    _fill_column(new_attn.qkv, old, ix(name))
-                    with torch.no_grad():
-                        new_attn.rel_row.copy_(parent.rel_row)
-                        new_attn.rel_col.copy_(parent.rel_col)
-                grand_name, _, pattr = parent_name.rpartition(".")
-                setattr(model.get_submodule(grand_name) if grand_name else model, pattr, new_attn)
-            continue
-        new = like(_column(old, n_of(name)))
-        if new is not old:
-            if idx is not None:
-                _fill_column(new, old, ix(name))
-            setattr(parent, attr, new)
+        if name not in done:
+            _restructure_layer(model, name, plan)
     return model
+
+
+def _restructure_bottleneck(block: SABottleneck, p: str, plan: _Resize) -> set[str]:
+    """Resize one bottleneck (``p``: its name and a dot) as a unit: conv1 -> bn1 -> attention -> bn2 -> conv3, and its
+    downsample conv. Returns the layer names it resized."""
+    like, n_of, ix = plan.like, plan.n_of, plan.ix
+    attn: LocalSelfAttention = block.attn
+    width = attn.out_channels
+    m1, v = n_of(p + "attn.qkv"), n_of(p + "conv3")
+    s1 = ix(p + "attn.qkv")  # kept attention inputs = surviving conv1 filters
+    s3 = ix(p + "conv3")  # kept conv3 inputs = surviving value channels
+    old_conv1, old_bn1, old_bn2, old_conv3, old_ds = block.conv1, block.bn1, block.bn2, block.conv3, block.downsample
+    n1 = n_of(p + "conv1")
+    conv1 = nn.Conv2d(old_conv1.in_channels, m1, 1, bias=False)
+    conv1 = like(ColumnConv2d(old_conv1.in_channels, m1, 1, n1) if n1 < old_conv1.in_channels else conv1)
+    new_attn = like(LocalSelfAttention(m1, width, attn.kernel_size, attn.num_heads, v_channels=v))
+    conv3 = like(nn.Conv2d(v, old_conv3.out_channels, 1, bias=False))
+    bn1, bn2 = like(_bn(old_bn1, m1)), like(_bn(old_bn2, v))
+    if plan.idx is not None:
+        _fill_column(conv1, old_conv1, ix(p + "conv1") if n1 < old_conv1.in_channels else None, rows=s1)
+        if bn1 is not old_bn1:
+            _fill_bn(bn1, old_bn1, s1)
+        wq, wk, wv = attn.qkv.weight.detach().reshape(3 * width, -1).split(width)  # (width, C_in) each, dense layer
+        with torch.no_grad():
+            new_attn.qkv.weight.copy_(torch.cat([wq[:, s1], wk[:, s1], wv[s3][:, s1]]).view_as(new_attn.qkv.weight))
+            new_attn.rel_row.copy_(attn.rel_row)
+            new_attn.rel_col.copy_(attn.rel_col)
+            new_attn.v_index.copy_(s3)
+        if bn2 is not old_bn2:
+            _fill_bn(bn2, old_bn2, s3)
+        _fill_column(conv3, old_conv3, s3)
+    block.conv1, block.bn1, block.attn, block.bn2, block.conv3 = conv1, bn1, new_attn, bn2, conv3
+    done = {p + "conv1", p + "attn.qkv", p + "conv3"}
+    if old_ds is not None and isinstance(old_ds[0], nn.Conv2d):
+        nd = n_of(p + "downsample.0")
+        new = like(_column(old_ds[0], nd))
+        if new is not old_ds[0] and plan.idx is not None:
+            _fill_column(new, old_ds[0], ix(p + "downsample.0"))
+        old_ds[0] = new
+        done.add(p + "downsample.0")
+    return done
+
+
+def _restructure_layer(model: nn.Module, name: str, plan: _Resize) -> None:
+    """Resize one prunable layer outside the bottlenecks (an attention stem's qkv: the whole attention module)."""
+    parent_name, _, attr = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    old = getattr(parent, attr)
+    if isinstance(parent, LocalSelfAttention):  # an attention stem: its qkv's columns are image channels
+        n = plan.n_of(name)
+        if n < parent.in_channels:
+            new_attn = plan.like(LocalSelfAttention(parent.in_channels, parent.out_channels, parent.kernel_size,
+                                                    parent.num_heads, in_kept=n))
+            if plan.idx is not None:
+                _fill_column(new_attn.qkv, old, plan.ix(name))
+                with torch.no_grad():
+                    new_attn.rel_row.copy_(parent.rel_row)
+                    new_attn.rel_col.copy_(parent.rel_col)
+            grand_name, _, pattr = parent_name.rpartition(".")
+            setattr(model.get_submodule(grand_name) if grand_name else model, pattr, new_attn)
+        return
+    new = plan.like(_column(old, plan.n_of(name)))
+    if new is not old:
+        if plan.idx is not None:
+            _fill_column(new, old, plan.ix(name))
+        setattr(parent, attr, new)
 
 
 def shrink(model: nn.Module, masks: dict[str, torch.Tensor]) -> nn.Module:
