@@ -42,8 +42,8 @@ import pandas as pd
 import xarray as xr
 
 from workbench.figures import STUDENTS, dataset, figure, group, load_all
-from workbench.figures.context import Context
 from workbench.figures.compare.findings import FINDING
+from workbench.figures.context import Context
 from workbench.plots.table import Table
 
 PAPER = "compare"
@@ -250,8 +250,6 @@ def _fmt_count(n: float) -> str:
 
 def _rows(*datasets: xr.Dataset) -> tuple[pd.DataFrame, list[str], str]:
     """One row per student of every method, its teacher's numbers beside, the notes and the profile."""
-    from workbench.plots.compare import matched_cka
-
     *comparisons, lat = datasets
     lat_rows = {(str(a), str(m)): float(r) for a, m, r in zip(lat["arch"].values, lat["model"].values,
                                                                lat["ratio"].values)} if "arch" in lat else {}
@@ -259,52 +257,80 @@ def _rows(*datasets: xr.Dataset) -> tuple[pd.DataFrame, list[str], str]:
     for ds in comparisons:
         if "model" not in ds.dims:
             continue
-        arch = ds.attrs["arch"]
-        cka = matched_cka(ds).mean("teacher_layer", skipna=True)
-        t = {v: float(ds[v].sel(model=TEACHER)) for v in ("val_acc", "params", "macs")}
-        ig = "integrated_gradients"
-        del_t = float(ds["deletion_auc"].sel(model=TEACHER, attribution=ig).mean())
-        ins_t = float(ds["insertion_auc"].sel(model=TEACHER, attribution=ig).mean())
-        maps = ds["map_spearman_avg"].mean(["sample", "layer"]) if "map_spearman_avg" in ds else None
-        for m in ds["model"].values[1:]:
-            m = str(m)
-            sel = ds.sel(model=m)
-            kinds = sorted({str(k) for k in sel["map_measure"].values if str(k)}) if "map_measure" in ds.coords else []
-            rho = float(maps.sel(model=m)) if maps is not None else np.nan
-            ratio = lat_rows.get((arch, m))
-            rows.append({
-                "student": m, "method": str(sel["method"].values),
-                "top-1 % (teacher)": f"{100 * float(sel['val_acc']):.1f} ({100 * t['val_acc']:.1f})",
-                "weights (× teacher)": f"{_fmt_count(float(sel['params']))} ({float(sel['params']) / t['params']:.2f}×)",
-                "MACs (× teacher)": f"{_fmt_count(float(sel['macs']))} ({float(sel['macs']) / t['macs']:.2f}×)",
-                "CPU latency × teacher": "–" if ratio is None else f"{ratio:.2f}",
-                "top-1 agreement %": f"{100 * float(sel['heldout_agreement']):.1f}",
-                "KL (nats)": f"{float(sel['heldout_kl']):.3f}",
-                # what the student kept (compare.table2)
-                "CKA": f"{float(cka.sel(model=m)):.2f}",
-                "token-map ρ": "–" if not np.isfinite(rho) else f"{rho:.2f} ({'/'.join(kinds)})",
-                "IG deletion AUC ↓ (teacher)": f"{float(sel['deletion_auc'].sel(attribution=ig).mean()):.3f} ({del_t:.3f})",
-                "IG insertion AUC ↑ (teacher)": f"{float(sel['insertion_auc'].sel(attribution=ig).mean()):.3f} ({ins_t:.3f})",
-            })
-        if maps is not None and "saliency" in {str(k) for k in ds["map_measure"].sel(model=TEACHER).values}:
-            notes.append("kept|" f"{ds.attrs['title']}: the teacher's own gradient saliency against its attention scores "
-                         f"ρ = {float(maps.sel(model=TEACHER)):.2f}, the ceiling for students compared by saliency.")
-        same = [str(m) for m in ds["model"].values[1:] if float(ds["macs"].sel(model=m)) == t["macs"]
-                and not int(ds["deploy_form"].sel(model=m))]
-        if same:
-            notes.append("cost|" f"{', '.join(same)}: as many MACs as the teacher — the run saves its train form (e.g. gated, "
-                         "computing every pair) and the student registers no deploy form (figures.student(deploy=...)), "
-                         "so MACs and latency are of that form.")
-        missing = {k: v for k, v in json.loads(ds.attrs.get("notes", "{}")).get("maps", {}).items() if k != TEACHER}
-        if missing:
-            notes.append("kept|" f"{ds.attrs['title']}, no token maps: " + "; ".join(f"{k}: {v}" for k, v in missing.items()) + ".")
-        if "ig_delta" in ds:  # relative IG completeness gap |Σ attributions − (f(x) − f(b))| / |f(x) − f(b)|
-            notes.append("kept|" f"{ds.attrs['title']}: " + ig_gap_note(ds))
-        b = json.loads(ds.attrs["budget"])
-        notes.append("both|" f"{ds.attrs['title']}: maps, CKA and faithfulness on {ds.sizes['sample']} held-out images "
-                     f"({ds.attrs['images']}); agreement and KL on {int(ds.attrs['heldout_images'])} "
-                     f"({ds.attrs['agreement_images']}); IG with {b['ig_steps']} nodes, {b['steps']} deletion steps.")
-    notes += [
+        rows += _student_rows(ds, lat_rows)
+        notes += _comparison_notes(ds)
+    notes += _general_notes(lat)
+    teachers = [f"{ds.attrs['title']}" for ds in comparisons if "model" in ds.dims]
+    notes.insert(0, "both|teachers: " + "; ".join(teachers) + ".")
+    frame = pd.DataFrame(rows) if rows else pd.DataFrame({"student": []})
+    profile = next((ds.attrs.get("profile") for ds in comparisons if ds.attrs.get("profile")), "")
+    return frame, notes, profile
+
+
+def _student_rows(ds: xr.Dataset, lat_rows: dict[tuple[str, str], float]) -> list[dict]:
+    """The table rows of one comparison's students (``lat_rows``: (arch, student) -> CPU latency × teacher)."""
+    from workbench.plots.compare import matched_cka
+
+    rows = []
+    arch = ds.attrs["arch"]
+    cka = matched_cka(ds).mean("teacher_layer", skipna=True)
+    t = {v: float(ds[v].sel(model=TEACHER)) for v in ("val_acc", "params", "macs")}
+    ig = "integrated_gradients"
+    del_t = float(ds["deletion_auc"].sel(model=TEACHER, attribution=ig).mean())
+    ins_t = float(ds["insertion_auc"].sel(model=TEACHER, attribution=ig).mean())
+    maps = ds["map_spearman_avg"].mean(["sample", "layer"]) if "map_spearman_avg" in ds else None
+    for m in ds["model"].values[1:]:
+        m = str(m)
+        sel = ds.sel(model=m)
+        kinds = sorted({str(k) for k in sel["map_measure"].values if str(k)}) if "map_measure" in ds.coords else []
+        rho = float(maps.sel(model=m)) if maps is not None else np.nan
+        ratio = lat_rows.get((arch, m))
+        rows.append({
+            "student": m, "method": str(sel["method"].values),
+            "top-1 % (teacher)": f"{100 * float(sel['val_acc']):.1f} ({100 * t['val_acc']:.1f})",
+            "weights (× teacher)": f"{_fmt_count(float(sel['params']))} ({float(sel['params']) / t['params']:.2f}×)",
+            "MACs (× teacher)": f"{_fmt_count(float(sel['macs']))} ({float(sel['macs']) / t['macs']:.2f}×)",
+            "CPU latency × teacher": "–" if ratio is None else f"{ratio:.2f}",
+            "top-1 agreement %": f"{100 * float(sel['heldout_agreement']):.1f}",
+            "KL (nats)": f"{float(sel['heldout_kl']):.3f}",
+            # what the student kept (compare.table2)
+            "CKA": f"{float(cka.sel(model=m)):.2f}",
+            "token-map ρ": "–" if not np.isfinite(rho) else f"{rho:.2f} ({'/'.join(kinds)})",
+            "IG deletion AUC ↓ (teacher)": f"{float(sel['deletion_auc'].sel(attribution=ig).mean()):.3f} ({del_t:.3f})",
+            "IG insertion AUC ↑ (teacher)": f"{float(sel['insertion_auc'].sel(attribution=ig).mean()):.3f} ({ins_t:.3f})",
+        })
+    return rows
+
+
+def _comparison_notes(ds: xr.Dataset) -> list[str]:
+    """The notes one comparison adds (saliency ceiling, train-form costs, missing maps, IG gap, images and budget)."""
+    notes = []
+    t_macs = float(ds["macs"].sel(model=TEACHER))
+    maps = ds["map_spearman_avg"].mean(["sample", "layer"]) if "map_spearman_avg" in ds else None
+    if maps is not None and "saliency" in {str(k) for k in ds["map_measure"].sel(model=TEACHER).values}:
+        notes.append("kept|" f"{ds.attrs['title']}: the teacher's own gradient saliency against its attention scores "
+                     f"ρ = {float(maps.sel(model=TEACHER)):.2f}, the ceiling for students compared by saliency.")
+    same = [str(m) for m in ds["model"].values[1:] if float(ds["macs"].sel(model=m)) == t_macs
+            and not int(ds["deploy_form"].sel(model=m))]
+    if same:
+        notes.append("cost|" f"{', '.join(same)}: as many MACs as the teacher — the run saves its train form (e.g. gated, "
+                     "computing every pair) and the student registers no deploy form (figures.student(deploy=...)), "
+                     "so MACs and latency are of that form.")
+    missing = {k: v for k, v in json.loads(ds.attrs.get("notes", "{}")).get("maps", {}).items() if k != TEACHER}
+    if missing:
+        notes.append("kept|" f"{ds.attrs['title']}, no token maps: " + "; ".join(f"{k}: {v}" for k, v in missing.items()) + ".")
+    if "ig_delta" in ds:  # relative IG completeness gap |Σ attributions − (f(x) − f(b))| / |f(x) − f(b)|
+        notes.append("kept|" f"{ds.attrs['title']}: " + ig_gap_note(ds))
+    b = json.loads(ds.attrs["budget"])
+    notes.append("both|" f"{ds.attrs['title']}: maps, CKA and faithfulness on {ds.sizes['sample']} held-out images "
+                 f"({ds.attrs['images']}); agreement and KL on {int(ds.attrs['heldout_images'])} "
+                 f"({ds.attrs['agreement_images']}); IG with {b['ig_steps']} nodes, {b['steps']} deletion steps.")
+    return notes
+
+
+def _general_notes(lat: xr.Dataset) -> list[str]:
+    """The notes on every column (what each measures), latency's rounds from ``lat``."""
+    return [
         "cost|top-1: each run's own held-out evaluation (demo: 1000 digits).",
         "kept|CKA: linear, debiased, token-averaged block "
         "outputs, each teacher layer against the student layer at the same relative depth, mean over teacher layers. "
@@ -326,11 +352,6 @@ def _rows(*datasets: xr.Dataset) -> tuple[pd.DataFrame, list[str], str]:
         + ", measured after every other preparation step with no training alongside (figures were being drawn on the "
         "other core), PyTorch eager; MACs by methods.flops.count_macs.",
     ]
-    teachers = [f"{ds.attrs['title']}" for ds in comparisons if "model" in ds.dims]
-    notes.insert(0, "both|teachers: " + "; ".join(teachers) + ".")
-    frame = pd.DataFrame(rows) if rows else pd.DataFrame({"student": []})
-    profile = next((ds.attrs.get("profile") for ds in comparisons if ds.attrs.get("profile")), "")
-    return frame, notes, profile
 
 
 _KEPT = ("CKA", "token-map ρ", "IG deletion AUC ↓ (teacher)", "IG insertion AUC ↑ (teacher)")
