@@ -45,7 +45,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Iterator, Literal, Sequence
 
 import numpy as np
 import torch
@@ -434,9 +434,23 @@ def stream_analysis(kind: str, model: str, images: str, out: str | Path, *, chec
 
     Raises:
         StreamError: bad options, or a store that this run cannot resume.
-    """
-    import os
 
+    Example:
+        The CLS rows of two layers' attention of the demo ViT (seeded random weights) over three photos, in chunks of
+        two images:
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from workbench.scale.stream import StreamOptions, stream_analysis
+        >>> from workbench.store import open_store
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> opts = StreamOptions(layers=(0, 5), queries="cls", batch_size=2, chunk=2, workers=0)
+        >>> store = stream_analysis("attention", "vit_demo", "skimage:astronaut,coffee,chelsea",
+        ...                         Path(tmp.name) / "attention.zarr", device="cpu", opts=opts, progress=False)
+        >>> dict(open_store(store)["attention"].sizes)
+        {'sample': 3, 'layer': 2, 'head': 4, 'query': 1, 'key': 50}
+        >>> tmp.cleanup()
+    """
     import torch.distributed as dist
 
     from methods.train import init_distributed, resolve_device
@@ -455,77 +469,115 @@ def stream_analysis(kind: str, model: str, images: str, out: str | Path, *, chec
                          skip_bad=opts.skip_bad_images)
     n = len(source)
     layout = StreamLayout(n, opts.chunk, "chunk" if opts.reduce in ("mean", "sum") else "sample", opts.reduce, opts.stored())
-
-    def run(idx, coords: bool = False) -> xr.Dataset:
-        x, y, bad = _collate(source.__getitems__(idx)) if isinstance(idx, list) else idx
-        for _, message in bad:  # unreadable files (skip_bad_images): their zero images' rows become NaN
-            warn_skipped(message)
-        targets = torch.as_tensor(y, device=dev) if (y >= 0).all() else None
-        ds = extract_batch(kind, loaded.model, x.to(dev), targets, opts, **options)
-        return _finish_batch(ds, y, opts, coords, skipped=[j for j, _ in bad])
-
+    run = _BatchRunner(kind, loaded.model, source, dev, opts, options)
     first_idx = list(range(0, min(opts.batch_size, opts.chunk, n)))
     first, error = None, None
     if rank == 0:  # rank 0 writes the template (or checks the store it resumes) from the first batch's result
         first = run(first_idx, coords=True)
-        # provenance from the (small, numpy) first batch: stamping the dask template could compute it whole
-        attrs = stamp(first, loaded.source, source.source).attrs
-        template = _template(_chunk_sums([first]) if layout.layout == "chunk" else first, layout).assign_attrs(attrs)
-        if layout.layout == "sample":
-            template = template.assign_coords(sample=np.asarray(source.source.indices, dtype=np.int64))
-        template.attrs["config"] = config_json(extractor=json.loads(first.attrs.get("config", "{}")),
-                                               stream=json.loads(opts.stored()), options=options)
-        template.attrs["analysis"] = kind
-        layout = StreamLayout(**{**layout.__dict__, "variables": _fingerprint(template)})
-        try:
-            if out.exists():
-                _check_resume(out, template, layout)
-            else:
-                write_template(template, out, layout)
-        except (StreamError, ChunkError) as err:
-            error = str(err)
+        layout, error = _open_store(out, first, layout, loaded, source, kind, opts, options)
     if world > 1:
         box = [error]
         dist.broadcast_object_list(box, src=0)
         error = box[0]
     if error:
         raise StreamError(error)
-    mine = shard(layout.n_chunks, rank, world)
-    todo = [i for i in mine if i not in done_chunks(out)]
+    todo = [i for i in shard(layout.n_chunks, rank, world) if i not in done_chunks(out)]
     batches = _batches(layout, todo, opts.batch_size)
-    bar = None
-    if progress and rank == 0 and os.environ.get("WORKBENCH_PROGRESS", "1") != "0" and batches:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=sum(map(len, batches)), desc=f"{kind} -> {out.name} (rank 0 of {world})", unit="img")
+    bar = _progress_bar(progress and rank == 0 and bool(batches), sum(map(len, batches)),
+                        f"{kind} -> {out.name} (rank 0 of {world})")
     reuse = first is not None and bool(batches) and batches[0] == first_idx  # rank 0 computed it already
     loader = DataLoader(source, batch_sampler=batches[reuse:], num_workers=opts.workers if batches[reuse:] else 0,
                         collate_fn=_collate)
-    loaded_batches = iter(loader)
-    parts: list[xr.Dataset] = []  # running sums of the chunk (layout "chunk")
-    buffers = _ChunkBuffers(opts.chunk)  # per-sample data of the chunk (layout "sample")
+    computed = iter(loader)
+    parts = (first.drop_vars(list(first.coords)) if (reuse and j == 0) else run(next(computed))
+             for j in range(len(batches)))
+    _write_chunks(out, layout, todo, batches, parts, opts.chunk, bar)
+    if bar is not None:
+        bar.close()
+    if world > 1:
+        dist.barrier()
+    return out
+
+
+@dataclass(frozen=True)
+class _BatchRunner:
+    """Runs the extractor on one batch of the source and finishes its Dataset (:func:`_finish_batch`)."""
+
+    kind: str  # registered extractor name
+    model: torch.nn.Module  # the eval-mode model, on ``device``
+    source: ImageSource  # the images streamed
+    device: torch.device  # where the model runs
+    opts: StreamOptions  # what to keep
+    options: dict  # the extractor's own options
+
+    def __call__(self, idx, coords: bool = False) -> xr.Dataset:
+        """``idx``: sample indices, or an already collated ``(x, y, bad)`` batch."""
+        x, y, bad = _collate(self.source.__getitems__(idx)) if isinstance(idx, list) else idx
+        for _, message in bad:  # unreadable files (skip_bad_images): their zero images' rows become NaN
+            warn_skipped(message)
+        targets = torch.as_tensor(y, device=self.device) if (y >= 0).all() else None
+        ds = extract_batch(self.kind, self.model, x.to(self.device), targets, self.opts, **self.options)
+        return _finish_batch(ds, y, self.opts, coords, skipped=[j for j, _ in bad])
+
+
+def _open_store(out: Path, first: xr.Dataset, layout: StreamLayout, loaded, source: ImageSource, kind: str,
+                opts: StreamOptions, options: dict) -> tuple[StreamLayout, str | None]:
+    """Rank 0: write the store's template from the first batch's result ``first`` (or check the store it resumes).
+
+    Returns the layout with its variables' fingerprint, and the error that stops every rank (None: go on).
+    """
+    # provenance from the (small, numpy) first batch: stamping the dask template could compute it whole
+    attrs = stamp(first, loaded.source, source.source).attrs
+    template = _template(_chunk_sums([first]) if layout.layout == "chunk" else first, layout).assign_attrs(attrs)
+    if layout.layout == "sample":
+        template = template.assign_coords(sample=np.asarray(source.source.indices, dtype=np.int64))
+    template.attrs["config"] = config_json(extractor=json.loads(first.attrs.get("config", "{}")),
+                                           stream=json.loads(opts.stored()), options=options)
+    template.attrs["analysis"] = kind
+    layout = StreamLayout(**{**layout.__dict__, "variables": _fingerprint(template)})
+    try:
+        if out.exists():
+            _check_resume(out, template, layout)
+        else:
+            write_template(template, out, layout)
+    except (StreamError, ChunkError) as err:
+        return layout, str(err)
+    return layout, None
+
+
+def _progress_bar(enabled: bool, total: int, desc: str):
+    """A tqdm bar over ``total`` images, or None (disabled, or ``WORKBENCH_PROGRESS=0``)."""
+    import os
+
+    if not enabled or os.environ.get("WORKBENCH_PROGRESS", "1") == "0":
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="img")
+
+
+def _write_chunks(out: Path, layout: StreamLayout, todo: Sequence[int], batches: Sequence[list[int]],
+                  parts: Iterator[xr.Dataset], chunk: int, bar) -> None:
+    """Gather the batches' Datasets ``parts`` (one per batch, in order) into chunks and write each complete chunk of
+    ``todo`` (a chunk is compressed and written in a thread while the next one computes)."""
+    sums: list[xr.Dataset] = []  # running sums of the chunk (layout "chunk")
+    buffers = _ChunkBuffers(chunk)  # per-sample data of the chunk (layout "sample")
     chunk_of = {s: i for i in todo for s in range(*chunk_bounds(layout, i))}
-    with ThreadPoolExecutor(max_workers=1) as writer:  # a chunk is compressed and written while the next computes
+    with ThreadPoolExecutor(max_workers=1) as writer:
         pending = None
-        for j, idx in enumerate(batches):
-            part = first.drop_vars(list(first.coords)) if (reuse and j == 0) else run(next(loaded_batches))
+        for idx, part in zip(batches, parts):
             if layout.layout == "sample":
                 buffers.add(part)
             else:
-                parts.append(part)
+                sums.append(part)
             if bar is not None:
                 bar.update(len(idx))
             i = chunk_of[idx[-1]]
             if idx[-1] == chunk_bounds(layout, i)[1] - 1:  # the chunk is complete: write it, then its marker
                 if pending is not None:
                     pending.result()  # at most one chunk in flight: memory stays bounded
-                data = buffers.take() if layout.layout == "sample" else _chunk_sums(parts)
+                data = buffers.take() if layout.layout == "sample" else _chunk_sums(sums)
                 pending = writer.submit(write_chunk, out, i, data, layout)
-                parts = []
+                sums = []
         if pending is not None:
             pending.result()
-    if bar is not None:
-        bar.close()
-    if world > 1:
-        dist.barrier()
-    return out
