@@ -169,6 +169,18 @@ def compare(teacher: str, students: Sequence[str] | Mapping[str, str], images: s
     Returns:
         The comparison Dataset (dims ``model``, ``sample``, ``layer``, ``head``, ``y``, ``x``, ``step``,
         ``teacher_layer``, ``student_layer``, ``pooling``, ``estimator``, ``attribution``) with provenance.
+
+    Example:
+        The demo ViT against a "student" with the same seeded random weights (timm names without checkpoints), on two
+        photos, CKA and token maps only: the twin's maps are the teacher's.
+
+        >>> from workbench.compare import compare
+        >>> ds = compare("vit_demo", {"twin": "vit_demo"}, "skimage:astronaut,coffee", device="cpu",
+        ...              parts=("cka", "maps"))
+        >>> ds["model"].values.tolist(), ds.sizes["sample"], ds.sizes["layer"]
+        (['teacher', 'twin'], 2, 6)
+        >>> bool(ds["map_js_avg"].sel(model="twin").max() < 1e-6)  # Jensen-Shannon divergence to the teacher's maps
+        True
     """
     return compare_loaded(load_models(teacher, students, checkpoints=checkpoints, teacher_name=teacher_name,
                                       device=device, img_size=img_size), images, **options)

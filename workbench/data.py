@@ -435,6 +435,16 @@ def load_images(
 
     Raises:
         DataError: an unknown spec, photo name or split, an empty selection, a bad folder or an unreadable image.
+
+    Example:
+        Two of scikit-image's bundled photos, sized for a 3-channel 32 x 32 model (photos have no labels: -1):
+
+        >>> from workbench.data import load_images
+        >>> batch = load_images("skimage:astronaut,coffee", input_size=(3, 32, 32))
+        >>> tuple(batch.tensor.shape), batch.display.shape, batch.labels.tolist()
+        ((2, 3, 32, 32), (2, 32, 32, 3), [-1, -1])
+        >>> batch.source
+        DataSource(dataset='skimage:astronaut,coffee', indices=[0, 1])
     """
     c, h, w = input_size
     if mean is None or std is None:

@@ -188,6 +188,15 @@ def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | 
 
     Warns:
         RandomInitWarning: a timm name without a checkpoint (its ``source.weights`` is ``"random-init"``).
+
+    Example:
+        The demo ViT by its timm name, without weights: seeded random ones (a ``RandomInitWarning`` says so; a run id
+        loads the run's trained weights instead).
+
+        >>> from workbench.models import load_model
+        >>> loaded = load_model("vit_demo")
+        >>> loaded.input_size, loaded.source.weights, loaded.model.training
+        ((1, 28, 28), 'random-init', False)
     """
     run = _maybe_run(ref)
     if run is not None:

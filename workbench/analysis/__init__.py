@@ -94,7 +94,21 @@ def cli_options() -> dict[str, tuple[ExtractorOption, tuple[str, ...]]]:
 
 
 def get_extractor(name: str) -> Extractor:
-    """The extractor registered as ``name``; raises ``KeyError`` listing the known ones."""
+    """The extractor registered as ``name``; raises ``KeyError`` listing the known ones.
+
+    Example:
+        The ``attention`` extractor on the tiny random-weight ViT of its registration (``examples.vit``):
+
+        >>> import torch
+        >>> from workbench.analysis import examples, get_extractor
+        >>> extract = get_extractor("attention")
+        >>> _ = torch.manual_seed(0)
+        >>> ds = extract(examples.vit(), torch.randn(2, 1, 28, 28), layers=[0, 2])
+        >>> dict(ds["attention"].sizes), ds.attrs["analysis"]
+        ({'sample': 2, 'layer': 2, 'head': 4, 'query': 50, 'key': 50}, 'attention')
+        >>> bool(abs(ds["attention"].sum("key") - 1).max() < 1e-5)  # every row a probability distribution
+        True
+    """
     if name not in EXTRACTORS:
         load_all()
     if name not in EXTRACTORS:

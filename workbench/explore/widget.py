@@ -232,6 +232,16 @@ def explore(teacher: Any = None, students: Mapping[str, Any] | None = None, imag
     Raises:
         ExploreError: bad input (no images, a store without the map the view needs, a student of another input
             size ...), with a one-line message in notebooks (no traceback).
+
+    Example:
+        Two tiny random-weight ViTs on one photo (in a notebook, the returned widget shows itself):
+
+        >>> from workbench import explore
+        >>> from workbench.analysis import examples
+        >>> w = explore(examples.vit(), {"student": examples.vit()}, "skimage:astronaut")
+        >>> view = w.state.view()
+        >>> [p["label"] for p in view["panels"]], view["panels"][0]["map"].shape
+        (['teacher', 'student'], (7, 7))
     """
     state = build_state(teacher, students, images, stores=stores, checkpoints=checkpoints, teacher_name=teacher_name,
                         device=device, img_size=img_size)

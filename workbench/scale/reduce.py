@@ -159,7 +159,26 @@ def compute(ds: xr.Dataset, *, scheduler: str | None = None, client=None, progre
 def reduce_store(store: str | Path, *, over: str = "sample", by: str | None = None, stat: Stat = "mean", q: float = 0.5,
                  k: int = 5, variables: Sequence[str] | None = None, scheduler: str | None = None, client=None,
                  progress: bool = True) -> xr.Dataset:
-    """Open ``store`` lazily, reduce it (:func:`reduce_dataset`) and compute the result (:func:`compute`)."""
+    """Open ``store`` lazily, reduce it (:func:`reduce_dataset`) and compute the result (:func:`compute`).
+
+    Example:
+        The mean over images of a streamed store (:func:`workbench.scale.stream.stream_analysis`):
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from workbench.scale.reduce import reduce_store
+        >>> from workbench.scale.stream import StreamOptions, stream_analysis
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> store = stream_analysis("attention", "vit_demo", "skimage:astronaut,coffee,chelsea",
+        ...                         Path(tmp.name) / "attention.zarr", device="cpu", progress=False,
+        ...                         opts=StreamOptions(layers=(0, 5), queries="cls", chunk=2, workers=0))
+        >>> mean = reduce_store(store, over="sample", stat="mean", progress=False)
+        >>> dict(mean["attention"].sizes)
+        {'layer': 2, 'head': 4, 'query': 1, 'key': 50}
+        >>> round(float(mean["attention"].sum("key").mean()), 4)  # a mean of attention rows is still one
+        1.0
+        >>> tmp.cleanup()
+    """
     ds = open_store(store)
     lazy = reduce_dataset(ds, over=over, by=by, stat=stat, q=q, k=k, variables=variables)
     out = compute(lazy, scheduler=scheduler, client=client, progress=progress)
