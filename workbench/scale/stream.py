@@ -475,12 +475,7 @@ def stream_analysis(kind: str, model: str, images: str, out: str | Path, *, chec
     if rank == 0:  # rank 0 writes the template (or checks the store it resumes) from the first batch's result
         first = run(first_idx, coords=True)
         layout, error = _open_store(out, first, layout, loaded, source, kind, opts, options)
-    if world > 1:
-        box = [error]
-        dist.broadcast_object_list(box, src=0)
-        error = box[0]
-    if error:
-        raise StreamError(error)
+    _raise_on_every_rank(error, world)
     todo = [i for i in shard(layout.n_chunks, rank, world) if i not in done_chunks(out)]
     batches = _batches(layout, todo, opts.batch_size)
     bar = _progress_bar(progress and rank == 0 and bool(batches), sum(map(len, batches)),
@@ -492,11 +487,21 @@ def stream_analysis(kind: str, model: str, images: str, out: str | Path, *, chec
     parts = (first.drop_vars(list(first.coords)) if (reuse and j == 0) else run(next(computed))
              for j in range(len(batches)))
     _write_chunks(out, layout, todo, batches, parts, opts.chunk, bar)
-    if bar is not None:
-        bar.close()
     if world > 1:
         dist.barrier()
     return out
+
+
+def _raise_on_every_rank(error: str | None, world: int) -> None:
+    """Raise rank 0's ``error`` (None: none) as a :class:`StreamError` on every rank."""
+    if world > 1:
+        import torch.distributed as dist
+
+        box = [error]
+        dist.broadcast_object_list(box, src=0)
+        error = box[0]
+    if error:
+        raise StreamError(error)
 
 
 @dataclass(frozen=True)
@@ -559,7 +564,7 @@ def _progress_bar(enabled: bool, total: int, desc: str):
 def _write_chunks(out: Path, layout: StreamLayout, todo: Sequence[int], batches: Sequence[list[int]],
                   parts: Iterator[xr.Dataset], chunk: int, bar) -> None:
     """Gather the batches' Datasets ``parts`` (one per batch, in order) into chunks and write each complete chunk of
-    ``todo`` (a chunk is compressed and written in a thread while the next one computes)."""
+    ``todo`` (a chunk is compressed and written in a thread while the next one computes); closes ``bar`` at the end."""
     sums: list[xr.Dataset] = []  # running sums of the chunk (layout "chunk")
     buffers = _ChunkBuffers(chunk)  # per-sample data of the chunk (layout "sample")
     chunk_of = {s: i for i in todo for s in range(*chunk_bounds(layout, i))}
@@ -581,3 +586,5 @@ def _write_chunks(out: Path, layout: StreamLayout, todo: Sequence[int], batches:
                 sums = []
         if pending is not None:
             pending.result()
+    if bar is not None:
+        bar.close()
