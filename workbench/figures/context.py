@@ -11,7 +11,8 @@ On the user's data (``workbench figures --profile paper --data ROOT``) a context
 reuses the method runs with the budget overrides it is given (the same ``--epochs``/``--images`` ... as the user's
 ``workbench run`` find the same runs), and reads every demo or sample-photo image spec from ``ROOT/val``
 (:func:`workbench.pipelines.user_images`). Its stores live apart, under ``stores/paper+<data tag>[.<overrides>]``.
-``workbench figures`` hands data and overrides to its spawned workers in :data:`DATA_ENV` and :data:`OVERRIDES_ENV`.
+``workbench figures`` hands data and overrides to its spawned workers as arguments (their Context's ``data`` and
+``overrides``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Callable
 
@@ -27,10 +27,7 @@ import xarray as xr
 
 from workbench.provenance import NULL, now_iso, versions, weights_of
 
-__all__ = ["Context", "DATA_ENV", "OVERRIDES_ENV"]
-
-#: Environment variables carrying ``workbench figures``' --data and budget overrides (JSON) to its worker processes.
-DATA_ENV, OVERRIDES_ENV = "WORKBENCH_FIGURES_DATA", "WORKBENCH_FIGURES_OVERRIDES"
+__all__ = ["Context"]
 
 
 class Context:
@@ -47,10 +44,7 @@ class Context:
         self.device = resolve_device(device)  # once, here: runs, analyses and data functions get the torch.device
         self.force = force
         self.log = log
-        self.data_root = data or os.environ.get(DATA_ENV) or None  # the user's ImageFolder root (None: the demo set)
-        if overrides is None and os.environ.get(OVERRIDES_ENV):
-            raw = json.loads(os.environ[OVERRIDES_ENV])
-            overrides = Overrides(**{k: tuple(tuple(p) for p in v) if isinstance(v, list) else v for k, v in raw.items()})
+        self.data_root = data or None  # the user's ImageFolder root (None: the demo set)
         self.overrides = overrides or Overrides()  # budget overrides of every method run
         where = self.profile.name
         if self.data_root is not None:
