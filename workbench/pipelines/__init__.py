@@ -20,12 +20,12 @@ up, checks the options, prints the run's plan and calls ``run``.
 Budget overrides (:class:`Overrides`: ``--epochs [PHASE=]N``, ``--steps [NAME=]N``, ``--batch-size [PHASE=]N``,
 ``--images N``) are declared once here for every method: a budget's phases are found in its dataclass (every
 ``epochs`` / ``<phase>_epochs``, ``<name>_steps`` and ``batch_size`` field, at any depth; :func:`budget_knobs`) and
-replaced with :func:`dataclasses.replace`. While a method runs, :func:`budget` returns its overridden budget (so a
-pipeline that looks its budget up by profile name gets it too), training sets hold at most ``--images`` images, and
-every run id it creates carries the overrides' tag (:func:`workbench.runs.id_scope`), so a shortened trial never
-collides with the full run. Every module of this package is imported by
-:func:`load_all` (no hand-kept list), so a new method is one new module here. See
-``docs/adding-a-method.md``.
+replaced with :func:`dataclasses.replace`. Nothing travels implicitly: :func:`budget` is a pure function of
+(method, profile, overrides, data), and the :class:`RunRequest` carries the overridden budget, the overrides (its
+training sets hold at most ``--images`` images: :attr:`RunRequest.images`) and the run-id suffix that every run id it
+creates ends with (:meth:`RunRequest.run_id`: the overrides' tag), so a shortened trial never collides with the full
+run. Every module of this package is imported by :func:`load_all` (no hand-kept list), so a new method is one new
+module here. See ``docs/adding-a-method.md``.
 """
 
 from __future__ import annotations
