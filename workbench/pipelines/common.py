@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from methods.train import TrainConfig, cpu_threads, evaluate
+from methods.train import TrainConfig, cpu_threads, evaluate, resolve_device
 from workbench.data import DemoDataset
 from workbench.data import datasets as source_datasets
 from workbench.models import create_model, load_model, load_weights, read_state_dict
@@ -152,9 +152,10 @@ def phase_logger(run: Run, phase: str, offset: int) -> Callable[[int, dict], Non
     return log
 
 
-def accuracy(model: nn.Module, val_set: Dataset, device: torch.device | str = "cpu") -> float:
-    """Held-out top-1 accuracy of ``model`` (eval mode) on ``device`` (a request's resolved device)."""
-    return evaluate(model.eval(), DataLoader(val_set, batch_size=256), torch.device(device))["val_acc"]
+def accuracy(model: nn.Module, val_set: Dataset, device: torch.device | str = "auto") -> float:
+    """Held-out top-1 accuracy of ``model`` (eval mode) on ``device`` (a request's resolved torch.device, used as it
+    is; ``auto`` / ``cpu`` / ``cuda`` resolved here)."""
+    return evaluate(model.eval(), DataLoader(val_set, batch_size=256), resolve_device(device))["val_acc"]
 
 
 #: buffer names that hold statistics, not weights (BatchNorm's running estimates)
