@@ -424,41 +424,22 @@ def cmd_reduce(args) -> int:
     return run(args)
 
 
-def _figures_setup(args) -> None:
-    """--data and the budget overrides, for this process's contexts and the spawned workers' (their environment)."""
-    import os
+def _figures_scope(args) -> dict:
+    """--data and the budget overrides of ``workbench figures``: the ``data`` and ``overrides`` of its contexts (the
+    spawned workers' too: they get them as arguments).
 
-    from workbench.figures.context import DATA_ENV, OVERRIDES_ENV
+    Raises:
+        ValueError: the paper profile without --data.
+    """
     from workbench.profiles import get_profile
 
     if get_profile(args.profile).is_paper and args.data is None:
         raise ValueError("figures on the paper profile draw from your runs and data: pass --data ROOT (the ImageFolder "
                          "your teacher runs were recorded or trained on)")
-    overrides = _overrides(args)
-    for name, value in ((DATA_ENV, args.data), (OVERRIDES_ENV, json.dumps(overrides.to_dict()) if overrides else None)):
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    return {"data": args.data, "overrides": _overrides(args)}
 
 
 def cmd_figures(args) -> int:
-    import os
-
-    from workbench.figures.context import DATA_ENV, OVERRIDES_ENV
-
-    saved = {k: os.environ.get(k) for k in (DATA_ENV, OVERRIDES_ENV)}
-    try:
-        return _figures(args)
-    finally:  # the figures' --data and overrides end with the command (tests and notebooks call main in-process)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _figures(args) -> int:
     import time
 
     from rich.console import Console
@@ -480,7 +461,7 @@ def _figures(args) -> int:
     from workbench.figures.schedule import default_jobs, prepare
 
     specs = list(F.load_all().values()) if args.all else F.get(args.ids)
-    _figures_setup(args)
+    scope = _figures_scope(args)
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     t0 = time.perf_counter()
@@ -504,11 +485,11 @@ def _figures(args) -> int:
             log(f"drawing {len(early)} figures beside the {len(exclusive)} timing steps (one process)")
             prog.start_task(fig_task)
             background.append(BackgroundDraw(early, args.profile, args.out, device=args.device, reuse=not args.force,
-                                             formats=formats, on_done=lambda i: prog.advance(fig_task)))
+                                             formats=formats, on_done=lambda i: prog.advance(fig_task), **scope))
 
         try:
             prepare(steps, jobs=jobs, profile=args.profile, device=args.device, force=args.force, log=log,
-                    on_done=lambda i, sec: prog.advance(task), before_exclusive=draw_beside)
+                    on_done=lambda i, sec: prog.advance(task), before_exclusive=draw_beside, **scope)
         except BaseException:
             for b in background:
                 b.cancel()
@@ -520,7 +501,7 @@ def _figures(args) -> int:
         more, reused_late = draw_all(late, args.profile, args.out, jobs=min(args.jobs or default_jobs(args.device),
                                                                             max(1, len(late))),
                                      device=args.device, reuse=not args.force, log=log,
-                                     on_done=lambda i: prog.advance(fig_task), formats=formats)
+                                     on_done=lambda i: prog.advance(fig_task), formats=formats, **scope)
         written, reused = written + more, reused + reused_late
     t2 = time.perf_counter()
     beside = f", {len(early)} of them beside the timing steps" if early else ""
