@@ -489,8 +489,7 @@ def run_method(
     with user_data(data if prof.is_paper else None):
         base = budget(name, prof)  # an unknown profile fails before any teacher is trained
     spent = apply_overrides(base, overrides, phases=entry.phases, strict=strict, what=f"{name}'s {prof.name} budget")
-    from methods.train import init_distributed, is_main
-    from workbench.runtime import resolve_device
+    from workbench.runtime import init_distributed, is_main, resolve_device
 
     # Once, here, before anything is built: the torch.device (under torchrun cuda is this rank's own GPU, made current)
     # and the process group (its backend from that device), so teachers and students share a device, every rank

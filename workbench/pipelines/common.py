@@ -14,9 +14,9 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from methods.train import TrainConfig, evaluate, resolve_device
 from workbench.models import create_model, load_model, load_weights, read_state_dict
 from workbench.runs import Run, ensure_run, open_run
+from workbench.runtime import TrainConfig, evaluate, resolve_device
 
 if TYPE_CHECKING:
     from workbench.pipelines import RunRequest

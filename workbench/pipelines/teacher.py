@@ -27,7 +27,6 @@ from typing import Callable
 from torch.utils.data import Dataset
 
 from methods.teachers import DEMO_TEACHERS
-from methods.train import TrainConfig, fit, is_main, mixup_cutmix, repeated_augmentation, soft_target_cross_entropy
 from workbench.data import datasets as source_datasets
 from workbench.data import scan_image_folder
 from workbench.models import create_model, load_weights, read_state_dict
@@ -44,6 +43,7 @@ from workbench.pipelines import (
 )
 from workbench.profiles import Profile, get_profile
 from workbench.runs import Run, RunError, ensure_run, find_run, list_runs, sha256_file
+from workbench.runtime import TrainConfig, fit, is_main, mixup_cutmix, repeated_augmentation, soft_target_cross_entropy
 
 
 @dataclass(frozen=True)
@@ -346,7 +346,7 @@ def _record_checkpoint(run: Run, model, val_set: Dataset, cfg: TrainConfig, trai
     """``--epochs 0``: the checkpoint becomes the run's weights after one evaluation on the held-out set."""
     from torch.utils.data import DataLoader
 
-    from methods.train import atomic_save_safetensors, evaluate, resolve_device
+    from workbench.runtime import atomic_save_safetensors, evaluate, resolve_device
 
     dev = resolve_device(cfg.device)
     model.to(dev)

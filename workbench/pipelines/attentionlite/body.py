@@ -32,7 +32,11 @@ from methods.attentionlite import (
     weight_masks_density,
 )
 from methods.devices import exact_float32
-from methods.train import (
+from workbench.models import create_model
+from workbench.pipelines.attentionlite.budgets import AttentionLiteBudget
+from workbench.pipelines.common import limited
+from workbench.runs import Run, RunError
+from workbench.runtime import (
     TrainConfig,
     TrainHook,
     atomic_save_safetensors,
@@ -42,10 +46,6 @@ from methods.train import (
     is_main,
     resolve_device,
 )
-from workbench.models import create_model
-from workbench.pipelines.attentionlite.budgets import AttentionLiteBudget
-from workbench.pipelines.common import limited
-from workbench.runs import Run, RunError
 
 if TYPE_CHECKING:
     from workbench.pipelines.teacher import TeacherRef

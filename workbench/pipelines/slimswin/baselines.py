@@ -44,12 +44,12 @@ from methods.slimswin import (
     swin_layers,
     uniform_masks,
 )
-from methods.train import atomic_save_safetensors, cpu_threads, evaluate, fit, resolve_device
 from workbench.models import create_model, load_model, read_state_dict
 from workbench.pipelines.common import IndexedSubset, limited
 from workbench.pipelines.heldout import correctness
 from workbench.pipelines.slimswin.body import final_train_config, iteration_train_config, kd_loss_fn, sample_subset
 from workbench.runs import Run, RunError, atomic_write_text
+from workbench.runtime import atomic_save_safetensors, cpu_threads, evaluate, fit, resolve_device
 
 if TYPE_CHECKING:
     from workbench.pipelines.slimswin.budgets import SlimSwinRecipe

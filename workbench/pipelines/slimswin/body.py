@@ -32,7 +32,10 @@ from methods.slimswin import (
     swin_layers,
     window_head_saliency,
 )
-from methods.train import (
+from workbench.models import create_model, load_model, read_state_dict
+from workbench.pipelines.common import IndexedSubset, limited, method_data
+from workbench.runs import Run, RunError, atomic_write_text
+from workbench.runtime import (
     TrainConfig,
     atomic_save_safetensors,
     cpu_threads,
@@ -41,9 +44,6 @@ from methods.train import (
     init_distributed,
     is_main,
 )
-from workbench.models import create_model, load_model, read_state_dict
-from workbench.pipelines.common import IndexedSubset, limited, method_data
-from workbench.runs import Run, RunError, atomic_write_text
 
 if TYPE_CHECKING:
     from workbench.pipelines import RunRequest

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from methods.sparsifiner import DEMO_PHASES, Phase1Config, Phase2Config, SparsifinerConfig
-from methods.train import TrainConfig
+from workbench.runtime import TrainConfig
 
 __all__ = ["SparsifinerBudget", "BUDGETS"]
 
