@@ -42,7 +42,7 @@ __all__ = ["atomic_path", "atomic_write_text", *TRAIN]
 
 def __getattr__(name: str) -> Any:
     if name in TRAIN:
-        from methods import train
+        import methods.train as train
 
         return getattr(train, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
