@@ -381,7 +381,7 @@ def test_bad_inputs_get_clear_messages(stores, vit, tmp_path, batch):
 
     # a store without the map the view needs
     preds = _stamped(xr.Dataset({"logits": (("sample", "class"), np.zeros((3, 10)))}).assign_attrs(analysis="predictions"), batch)
-    with pytest.raises(ExploreError, match=r"'P'.*analysis 'predictions'.*needs one of attention, dependency"):
+    with pytest.raises(ExploreError, match=r"'P'.*analysis 'predictions'.*needs one of at_maps, attention, dependency, "):
         build_state(stores={"teacher": stores["teacher"], "P": save(preds, tmp_path / "p.nc")})
     cut = _stamped(xr.Dataset({"cls_attention": (("sample", "y"), np.zeros((3, 2)))}).assign_attrs(analysis="attention"), batch)
     with pytest.raises(ExploreError, match="has no 'attention' variable"):
