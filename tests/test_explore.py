@@ -443,6 +443,19 @@ def test_import_workbench_stays_light():
 
 
 # ------------------------------------------------------------------------------ one source of truth
+def test_stores_read_the_explorer_kinds_the_extractors_register():
+    """Reading a store takes the kinds from the registrations' source text (no torch); it must say what importing the
+    extractors registers, field for field (the functions aside, which a store needs none of)."""
+    from dataclasses import replace
+
+    from workbench.analysis import EXTRACTORS, _declared_kinds, explore_kinds
+
+    imported = {k: replace(v, prepare=None, masks=None, hint=None) for k, v in explore_kinds().items()
+                if EXTRACTORS[k].__module__.startswith("workbench.analysis.")}  # not a test's (the toy's)
+    assert _declared_kinds() == imported and len(imported) >= 5
+    assert {"attention", "dependency", "sparse_attention", "window_attention", "at_maps"} <= set(imported)
+
+
 def test_state_changed_from_code_moves_every_control_and_the_pixels(vit, far_student):
     """The notebook's calls: select from code, then a click; the controls, the pixels and every map follow the state."""
     from workbench.explore import build_state
