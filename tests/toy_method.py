@@ -12,11 +12,11 @@ import xarray as xr
 from timm.models import register_model
 
 from methods.hooks import HookPoint, run_with_cache
-from methods.io import atomic_save_safetensors
 from workbench.analysis import ExploreKind, ExtractorOption, get_extractor, register
 from workbench.figures import dataset, figure, student
 from workbench.pipelines import Method, Option, register_method
 from workbench.pipelines.common import accuracy, load_teacher, method_data, run_tag, student_run
+from workbench.runtime import atomic_save_safetensors
 
 
 class Scaled(nn.Module):
