@@ -84,8 +84,8 @@ def query_rows(blocks: Sequence[nn.Module], inputs: Sequence[torch.Tensor], q: i
 
 
 def _seed(sub: nn.Module, inputs: torch.Tensor, q: int) -> torch.Tensor:
-    """``sub`` a FAR substitute: Σ over heads and units of the BiLSTM outputs at token q, from the LSTM inputs ``(1, T, N·D_h)``: each LSTM runs
-    only the steps its output at q depends on (tokens ≤ q forwards, ≥ q in reverse)."""
+    """Σ over heads and units of a FAR substitute's BiLSTM outputs at token q, from the LSTM inputs ``(1, T, N·D_h)``:
+    each LSTM runs only the steps its output at q depends on (tokens ≤ q forwards, ≥ q in reverse)."""
     dh = sub.head_dim
     total = inputs.new_zeros(())
     for n in range(sub.num_heads):
