@@ -381,7 +381,7 @@ def test_bad_inputs_get_clear_messages(stores, vit, tmp_path, batch):
 
     # a store without the map the view needs
     preds = _stamped(xr.Dataset({"logits": (("sample", "class"), np.zeros((3, 10)))}).assign_attrs(analysis="predictions"), batch)
-    with pytest.raises(ExploreError, match=r"'P'.*analysis 'predictions'.*needs one of attention, dependency"):
+    with pytest.raises(ExploreError, match=r"'P'.*analysis 'predictions'.*needs one of at_maps, attention, dependency, "):
         build_state(stores={"teacher": stores["teacher"], "P": save(preds, tmp_path / "p.nc")})
     cut = _stamped(xr.Dataset({"cls_attention": (("sample", "y"), np.zeros((3, 2)))}).assign_attrs(analysis="attention"), batch)
     with pytest.raises(ExploreError, match="has no 'attention' variable"):
@@ -443,6 +443,19 @@ def test_import_workbench_stays_light():
 
 
 # ------------------------------------------------------------------------------ one source of truth
+def test_stores_read_the_explorer_kinds_the_extractors_register():
+    """Reading a store takes the kinds from the registrations' source text (no torch); it must say what importing the
+    extractors registers, field for field (the functions aside, which a store needs none of)."""
+    from dataclasses import replace
+
+    from workbench.analysis import EXTRACTORS, _declared_kinds, explore_kinds
+
+    imported = {k: replace(v, prepare=None, masks=None, hint=None) for k, v in explore_kinds().items()
+                if EXTRACTORS[k].__module__.startswith("workbench.analysis.")}  # not a test's (the toy's)
+    assert _declared_kinds() == imported and len(imported) >= 5
+    assert {"attention", "dependency", "sparse_attention", "window_attention", "at_maps"} <= set(imported)
+
+
 def test_state_changed_from_code_moves_every_control_and_the_pixels(vit, far_student):
     """The notebook's calls: select from code, then a click; the controls, the pixels and every map follow the state."""
     from workbench.explore import build_state

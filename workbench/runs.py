@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from methods.io import atomic_write_text
 from workbench.provenance import now_iso, versions
+from workbench.runtime import atomic_write_text
 
 #: Callables told of every logged epoch, ``fn(run, epoch, metrics)`` (e.g. to forward progress from
 #: the worker processes of ``workbench figures``). Empty unless somebody registers one.
@@ -134,7 +134,7 @@ class Run:
     def phase_dir(self, name: str) -> Path:
         """A sub-directory for one phase of a multi-phase method (its own epoch checkpoints; made by rank 0 alone
         under torchrun, the others only read it)."""
-        from methods.train import is_main
+        from workbench.runtime import is_main
 
         path = self.dir / name
         if is_main():
@@ -230,7 +230,7 @@ def ensure_run(
         RunError: a complete run of that id has a different config (pass ``force=True``), or ``force`` would
             replace a run others were built on.
     """
-    from methods.train import barrier, is_main, main_decides
+    from workbench.runtime import barrier, is_main, main_decides
 
     run_dir = runs_root() / run_id
     config_sha = hashlib.sha256(_canonical(config).encode()).hexdigest()

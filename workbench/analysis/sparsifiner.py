@@ -28,7 +28,7 @@ import xarray as xr
 
 from methods.hooks import hook_points
 from methods.sparsifiner import sparse_attentions, sparse_basis
-from workbench.analysis import Example, examples, register
+from workbench.analysis import Example, ExploreKind, examples, register
 from workbench.analysis.attention import AttentionPoint, record, select_layers
 from workbench.analysis.tokens import vit_token_layout
 from workbench.provenance import config_json
@@ -131,7 +131,8 @@ def _with_teacher_attention(ds: xr.Dataset, teacher: nn.Module | str, images: to
                      teacher_overlap=agree["overlap"]), ref
 
 
-@register("sparse_attention", example=Example(examples.sparsifiner, (2, 1, 28, 28), (0, 2)))
+@register("sparse_attention", example=Example(examples.sparsifiner, (2, 1, 28, 28), (0, 2)),
+          explore=ExploreKind("attention", "sparse attention", ("*attn.hook_mask",), 20, outline="mask"))
 def extract_sparse_attention(
     model: nn.Module,
     images: torch.Tensor,

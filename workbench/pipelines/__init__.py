@@ -443,8 +443,7 @@ def _teacher_ref(entry: Method, teacher: "str | Run | None", checkpoint: str | N
         if teacher is not None or checkpoint is not None:
             raise ValueError(f"method {entry.name!r} takes no teacher")
         return None
-    from workbench.pipelines.teacher import resolve_teacher
-
+    resolve_teacher = get_method("teacher").extra["resolve"]  # registered by pipelines.teacher (no import cycle)
     return resolve_teacher(teacher, prof, default_arch=entry.teacher, family=entry.family, checkpoint=checkpoint,
                            device=device, data=data, log=log)
 
@@ -518,8 +517,7 @@ def run_method(
     apply_overrides(budget(name, prof, data=data_of), overrides, phases=entry.phases, strict=strict,
                     what=f"{name}'s {prof.name} budget")
     spent = budget(name, prof, overrides, data_of)
-    from methods.train import init_distributed, is_main
-    from workbench.runtime import resolve_device
+    from workbench.runtime import init_distributed, is_main, resolve_device
 
     # Once, here, before anything is built: the torch.device (under torchrun cuda is this rank's own GPU, made current)
     # and the process group (its backend from that device), so teachers and students share a device, every rank

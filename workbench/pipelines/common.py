@@ -16,11 +16,11 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from methods.train import TrainConfig, cpu_threads, evaluate, resolve_device
 from workbench.data import DemoDataset
 from workbench.data import datasets as source_datasets
 from workbench.models import create_model, load_model, load_weights, read_state_dict
 from workbench.runs import Run, ensure_run, open_run
+from workbench.runtime import TrainConfig, cpu_threads, evaluate, resolve_device
 
 if TYPE_CHECKING:
     from workbench.pipelines import RunRequest

@@ -13,10 +13,10 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
-from methods.train import resolve_device
 from workbench.models import load_model
 from workbench.pipelines.common import datasets, eval_transform
 from workbench.runs import Run
+from workbench.runtime import resolve_device
 
 __all__ = ["correctness", "heldout_set", "run_correctness"]
 

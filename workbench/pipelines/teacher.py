@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING, Callable
 from torch.utils.data import Dataset
 
 from methods.teachers import DEMO_TEACHERS
-from methods.train import (
+from workbench.data import scan_image_folder
+from workbench.models import create_model, load_weights, read_state_dict
+from workbench.pipelines import Method, Option, RunRequest, budget, data_tag, get_method, register_method
+from workbench.pipelines.common import RUNTIME_ONLY, TeacherRef, datasets, eval_transform
+from workbench.profiles import Profile, get_profile
+from workbench.runs import Run, RunError, ensure_run, find_run, list_runs, sha256_file, suffixed_id
+from workbench.runtime import (
     TrainConfig,
     fit,
     is_main,
@@ -36,12 +42,6 @@ from methods.train import (
     resolve_device,
     soft_target_cross_entropy,
 )
-from workbench.data import scan_image_folder
-from workbench.models import create_model, load_weights, read_state_dict
-from workbench.pipelines import Method, Option, RunRequest, budget, data_tag, get_method, register_method
-from workbench.pipelines.common import RUNTIME_ONLY, TeacherRef, datasets, eval_transform
-from workbench.profiles import Profile, get_profile
-from workbench.runs import Run, RunError, ensure_run, find_run, list_runs, sha256_file, suffixed_id
 
 if TYPE_CHECKING:
     import torch
@@ -383,7 +383,7 @@ def _record_checkpoint(run: Run, model, val_set: Dataset, cfg: TrainConfig, trai
     ``cfg.device``, resolved by :func:`train_teacher`)."""
     from torch.utils.data import DataLoader
 
-    from methods.train import atomic_save_safetensors, evaluate
+    from workbench.runtime import atomic_save_safetensors, evaluate
 
     model.to(cfg.device)
     metrics = evaluate(model, DataLoader(val_set, batch_size=256, num_workers=cfg.num_workers), cfg.device)
@@ -477,4 +477,5 @@ register_method(Method(
     examples=("workbench train teacher --arch vit", "workbench train teacher --arch swin --profile smoke --force",
               "workbench train teacher --arch vit --profile paper --data ~/imagenet --checkpoint deit_s.safetensors "
               "--epochs 0"),
+    extra={"resolve": resolve_teacher},  # how run_method resolves any method's teacher
 ))

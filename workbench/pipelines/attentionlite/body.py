@@ -32,11 +32,11 @@ from methods.attentionlite import (
     weight_masks_density,
 )
 from methods.devices import exact_float32
-from methods.train import TrainConfig, TrainHook, atomic_save_safetensors, evaluate, fit, is_main
 from workbench.models import create_model
 from workbench.pipelines.attentionlite.budgets import AttentionLiteBudget
 from workbench.pipelines.common import limited, opening, teacher_val_acc
 from workbench.runs import Run, RunError
+from workbench.runtime import TrainConfig, TrainHook, atomic_save_safetensors, evaluate, fit, is_main
 
 if TYPE_CHECKING:
     from workbench.pipelines import RunRequest

@@ -52,7 +52,6 @@ from methods.far import (
     shrink,
     unfreeze_all,
 )
-from methods.train import TrainConfig, atomic_save_safetensors, evaluate, fit, is_main
 from workbench.models import create_model, load_model, read_state_dict
 from workbench.pipelines import Method, Option, RunRequest, register_method
 from workbench.pipelines.common import (
@@ -67,6 +66,7 @@ from workbench.pipelines.common import (
 )
 from workbench.pipelines.far.budgets import BUDGETS, FARBudget, for_teacher
 from workbench.runs import Run, RunError, open_run
+from workbench.runtime import TrainConfig, atomic_save_safetensors, evaluate, fit, is_main
 
 __all__ = ["BUDGETS", "FARBudget", "run_id", "load_masks"]
 

@@ -64,7 +64,6 @@ from methods.nondeep import (
     lambda_schedule,
     teacher_layers,
 )
-from methods.train import TrainConfig, TrainHook, atomic_save_safetensors, cpu_threads, fit, is_main
 from workbench.models import create_model, load_model
 from workbench.pipelines import Method, Option, RunRequest, register_method
 from workbench.pipelines.common import (
@@ -80,6 +79,7 @@ from workbench.pipelines.common import (
 )
 from workbench.pipelines.nondeep.budgets import BUDGETS, TABLE5_ROWS, NonDeepBudget
 from workbench.runs import Run, open_run
+from workbench.runtime import TrainConfig, TrainHook, atomic_save_safetensors, cpu_threads, fit, is_main
 
 __all__ = ["BUDGETS", "NonDeepBudget", "TABLE5_ROWS", "JoinPlan", "plan", "run_nondeep", "load_branched",
            "load_joined"]

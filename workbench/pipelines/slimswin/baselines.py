@@ -44,7 +44,6 @@ from methods.slimswin import (
     swin_layers,
     uniform_masks,
 )
-from methods.train import atomic_save_safetensors, evaluate, fit
 from workbench.models import load_model, read_state_dict
 from workbench.pipelines.common import IndexedSubset, datasets, limited, opening
 from workbench.pipelines.heldout import correctness
@@ -57,6 +56,7 @@ from workbench.pipelines.slimswin.body import (
     sample_subset,
 )
 from workbench.runs import Run, atomic_write_text
+from workbench.runtime import atomic_save_safetensors, evaluate, fit
 
 if TYPE_CHECKING:
     from workbench.pipelines import RunRequest

@@ -32,10 +32,10 @@ from methods.slimswin import (
     swin_layers,
     window_head_saliency,
 )
-from methods.train import TrainConfig, atomic_save_safetensors, evaluate, fit, init_distributed, is_main
 from workbench.models import create_model, read_state_dict
 from workbench.pipelines.common import IndexedSubset, limited, opening
 from workbench.runs import Run, RunError, atomic_write_text, open_run
+from workbench.runtime import TrainConfig, atomic_save_safetensors, evaluate, fit, init_distributed, is_main
 
 if TYPE_CHECKING:
     from workbench.pipelines import RunRequest

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from methods.sparsifiner import DEMO_PHASES, Phase1Config, Phase2Config, SparsifinerConfig
-from methods.train import TrainConfig
+from workbench.runtime import TrainConfig
 
 if TYPE_CHECKING:
     import torch

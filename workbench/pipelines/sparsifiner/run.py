@@ -64,7 +64,6 @@ from methods.sparsifiner import (
     unfreeze_all,
 )
 from methods.sparsifiner import budget as attention_budget
-from methods.train import atomic_save_safetensors, evaluate, fit, is_main
 from workbench.models import create_model, load_model, load_weights, read_state_dict
 from workbench.pipelines import Method, Option, RunRequest, budget, register_method, run_method
 from workbench.pipelines.common import (
@@ -77,6 +76,7 @@ from workbench.pipelines.common import (
 )
 from workbench.pipelines.sparsifiner.budgets import BUDGETS, SparsifinerBudget
 from workbench.runs import Run, open_run
+from workbench.runtime import atomic_save_safetensors, evaluate, fit, is_main
 
 __all__ = ["BUDGETS", "SparsifinerBudget", "run_sparsifiner", "run_sweep", "run_id", "parse_keep_rate", "deploy_model"]
 
