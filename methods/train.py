@@ -743,9 +743,33 @@ def _epoch_metrics(loop: _Loop, cfg: TrainConfig, sums: _RunningSums, epoch: int
     return metrics
 
 
+class _Bar:
+    """Iterates ``loader`` itself (one iterator per epoch) and counts its steps on a tqdm bar of ``len(loader)``.
+
+    The bar never iterates the loader: tqdm.auto's bar takes an iterator of what it wraps when it is made, so a
+    wrapped loader was iterated twice per epoch: earlier per-epoch loaders then drew their workers' base seed twice from
+    the shuffle's generator (another training order), persistent workers prefetch for the unused iterator (their
+    augmentations move on), and what was trained depended on whether a bar was shown."""
+
+    def __init__(self, loader, desc: str):
+        from tqdm.auto import tqdm
+
+        self.loader = loader
+        self.bar = tqdm(total=len(loader), desc=desc, leave=False, dynamic_ncols=True)
+
+    def __iter__(self):
+        try:
+            for batch in self.loader:
+                yield batch
+                self.bar.update(1)
+        finally:
+            self.bar.close()
+
+    def set_postfix(self, **kw) -> None:
+        self.bar.set_postfix(**kw)
+
+
 def _progress(loader, desc: str, enabled: bool):
     if not enabled or os.environ.get("WORKBENCH_PROGRESS", "1") == "0":
         return loader
-    from tqdm.auto import tqdm
-
-    return tqdm(loader, desc=desc, leave=False, dynamic_ncols=True)
+    return _Bar(loader, desc)

@@ -74,10 +74,14 @@ class LiveModel:
         model: eval-mode model.
         images: ``(B, C, H, W)`` normalised images (the explorer's), on the model's device.
         ids: ``dataset[index]`` of each image.
+        dependency: FAR's dependency rows: ``lazy``, ``query`` or ``image`` (module docstring).
+        agreement: Sparsifiner: also compute its masks' mass-agreement summaries at an image's first click
+            (``sparse_attention``'s ``agreement``); off by default: the explorer does not show them, and at 577 tokens
+            they are most of a first click (~5 s of ~7 s on a 2-core CPU).
     """
 
     def __init__(self, label: str, model: nn.Module, images: torch.Tensor, ids: list[str],
-                 dependency: Literal["lazy", "query", "image"] = "lazy"):
+                 dependency: Literal["lazy", "query", "image"] = "lazy", agreement: bool = False):
         if dependency not in ("lazy", "image", "query"):
             raise ExploreError(f"dependency must be 'lazy' (the clicked query at once, the image's other queries in "
                                f"the background), 'query' (the clicked query only, each click) or 'image' (every "
@@ -87,6 +91,7 @@ class LiveModel:
         if model.training:
             raise ExploreError(f"{label!r} is in training mode; call model.eval() (dropout would change the maps)")
         self.label, self.model, self.images, self.ids = label, model, images, list(ids)
+        self.agreement = agreement  # Sparsifiner: also its masks' mass-agreement summaries (not shown; seconds a click)
         self.kind = detect_kind(model)
         self.spec = explore_kinds()[self.kind]
         self.measure = self.spec.label
@@ -120,7 +125,8 @@ class LiveModel:
         """The extractor's Dataset of one image, computed on first use (one forward pass)."""
         if image_id not in self._readers:
             i = self._index(image_id)
-            ds = get_extractor(self.kind)(self.model, self.images[i:i + 1])  # FAR: every query's saliency at once
+            options = {"agreement": self.agreement} if self.kind == "sparse_attention" else {}
+            ds = get_extractor(self.kind)(self.model, self.images[i:i + 1], **options)  # FAR: every query's saliency
             ds = _tag(ds, image_id)
             masks = self.spec.masks(self.model) if self.spec.masks is not None else None
             self._readers[image_id] = DatasetReader(self.label, ds, masks)
