@@ -218,3 +218,20 @@ def test_randomized_copy_resets_only_the_top():
     # LayerNorms reset to (1, 0): what a random-weight model already holds; every other top weight is new
     assert not any(n.startswith(("head.", "blocks.2.")) and ".norm" not in n for n in same)
     assert any(n.startswith("blocks.1.") for n in same) and "patch_embed.proj.weight" in same
+
+
+# ------------------------------------------------------------------------------------------ command line
+def test_workbench_explain_writes_a_stamped_store(tmp_path, capsys, monkeypatch):
+    from workbench.cli import main
+    from workbench.store import open_store
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
+    out = tmp_path / "e.nc"
+    rc = main(["explain", "--method", "rollout,saliency,attnlrp", "--model", "vit_demo", "--seed", "0",
+               "--images", "demo:val[:4]", "--perturbation", "--out", str(out), "--device", "cpu"])
+    assert rc == 0 and "not applicable: attnlrp" in capsys.readouterr().out
+    ds = open_store(out, load=True)
+    assert list(ds["explainer"].values) == ["rollout", "saliency"] and ds.attrs["model_name"] == "vit_demo"
+    assert ds["perturbation_auc"].dims == ("explainer", "order", "sample") and ds.sizes["sample"] == 4
+    assert main(["explain", "--method", "nope", "--model", "vit_demo", "--out", str(tmp_path / "x.nc")]) == 2
+    assert "unknown explainer 'nope'" in capsys.readouterr().err and not (tmp_path / "x.nc").exists()
