@@ -4,11 +4,14 @@ A DeiT-S-sized model (timm ``deit_small_patch16_224``, random weights, no downlo
 thread by default. Cases, timed in interleaved rounds (every case once per round, rotating order, so that a drifting
 machine load affects all alike), median over ``--repeats`` after ``--warmup``:
 
-- ``forward + backward``: the untouched model (timm's fused attention), the target logits' sum backpropagated to
-  the input (the least any gradient explanation must do);
+- ``forward + backward``: the untouched model (timm's fused attention), the target logits' sum backpropagated
+  (``.backward()``: the weights' gradients and the input's), the reference of the ratios;
+- ``forward + input grad``: the same with the weights frozen, only ∂y/∂x (the least any gradient explanation
+  must do; explainers never need the weights' gradients);
 - ``forward``: the same without the backward, no grad;
 - each registered explainer that applies, through :func:`workbench.explain.attribute` (Dataset included), IG with
-  ``--ig-steps`` nodes;
+  ``--ig-steps`` nodes (timed in one round only: it costs ~``--ig-steps`` forward + backward passes, long enough
+  that one round is a stable measurement);
 - ``perturbation (pos + neg)``: Chefer's positive and negative perturbation of one map per image (10 steps each).
 
 Printed: seconds per batch, images per second, and the ratio to ``forward + backward`` (issue #29's target: the
@@ -31,12 +34,16 @@ from workbench.explain import applicability, attribute
 from workbench.explain.faithfulness import perturbation
 
 
-def median_times(cases: dict[str, Callable[[], object]], warmup: int, repeats: int) -> dict[str, float]:
-    """Median wall time (s) of each case over interleaved rounds after ``warmup`` untimed ones."""
+def median_times(cases: dict[str, Callable[[], object]], warmup: int, repeats: int, once: set[str] = frozenset()
+                 ) -> dict[str, float]:
+    """Median wall time (s) of each case over interleaved rounds after ``warmup`` untimed ones; the cases in
+    ``once`` run in the first timed round only."""
     names = list(cases)
     times: dict[str, list[float]] = {n: [] for n in names}
     for r in range(warmup + repeats):
         for n in names[r % len(names):] + names[: r % len(names)]:
+            if n in once and r != warmup:
+                continue
             t0 = time.perf_counter()
             cases[n]()
             if r >= warmup:
@@ -66,11 +73,20 @@ def main() -> None:
         model(xi).gather(1, target[:, None]).sum().backward()
         model.zero_grad(set_to_none=True)
 
+    def forward_input_grad() -> None:
+        for p in model.parameters():
+            p.requires_grad_(False)
+        xi = x.detach().requires_grad_(True)
+        torch.autograd.grad(model(xi).gather(1, target[:, None]).sum(), xi)
+        for p in model.parameters():
+            p.requires_grad_(True)
+
     def forward() -> None:
         with torch.no_grad():
             model(x)
 
-    cases: dict[str, Callable[[], object]] = {"forward + backward": forward_backward, "forward": forward}
+    cases: dict[str, Callable[[], object]] = {"forward + backward": forward_backward,
+                                                  "forward + input grad": forward_input_grad, "forward": forward}
     skip = {s for s in args.skip.split(",") if s}
     names = [n for n, why in applicability(model).items() if why is None and n not in skip]
     for n in names:
@@ -81,7 +97,7 @@ def main() -> None:
 
     print(f"{args.model}, random weights, 224 px, batch {args.batch}, {torch.get_num_threads()} thread(s), "
           f"median of {args.repeats} after {args.warmup} warm-up; ig: {args.ig_steps} nodes")
-    times = median_times(cases, args.warmup, args.repeats)
+    times = median_times(cases, args.warmup, args.repeats, once={"ig"})
     base = times["forward + backward"]
     print(f"{'case':<26}{'s / batch':>11}{'images / s':>12}{'x fwd+bwd':>11}")
     for n, t in times.items():

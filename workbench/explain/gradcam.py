@@ -74,14 +74,22 @@ def gradcam(model: nn.Module, images: torch.Tensor, target: torch.Tensor) -> Map
         layout = token_layout(model, tuple(images.shape[-2:]))
         reshape = token_reshape(layout.num_prefix, layout.grid)
     targets = [ClassifierOutputTarget(int(t)) for t in target]
-    saved = {p: p.grad for p in model.parameters()}  # the package calls backward(): leave the weights' .grad as found
+    # the package calls zero_grad() and backward(): leave the weights' .grad as found, and let the backward skip
+    # the weights' gradients (frozen while it runs; the input carries the graph instead)
+    saved = {p: p.grad for p in model.parameters()}
+    trainable = [p for p in saved if p.requires_grad]
     try:
+        for p in trainable:
+            p.requires_grad_(False)
+        x = images.detach().requires_grad_(True)
         with differentiable(model), torch.enable_grad(), GradCAM(model, [site.module], reshape_transform=reshape) as cam:
-            pixel = cam(input_tensor=images, targets=targets)  # (B, H, W) float32, min-max scaled
+            pixel = cam(input_tensor=x, targets=targets)  # (B, H, W) float32, min-max scaled
             ag = cam.activations_and_grads
             acts, grads = (v[0].cpu().numpy() for v in (ag.activations, ag.gradients))  # as the package reads them
-            raw = cam.get_cam_image(images, site.module, targets, acts, grads)  # (B, gh, gw)
+            raw = cam.get_cam_image(x, site.module, targets, acts, grads)  # (B, gh, gw)
     finally:
+        for p in trainable:
+            p.requires_grad_(True)
         for p, g in saved.items():
             p.grad = g
     patch = torch.from_numpy(np.maximum(raw, 0)).to(images.device)
