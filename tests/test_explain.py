@@ -75,6 +75,41 @@ def test_rollout_equals_todays_implementation():
     np.testing.assert_array_equal(ds["relevance_pixel"].values, rollout_map(model, x).numpy())
 
 
+def test_raw_attention_is_the_attention_extractors_last_block_head_mean():
+    from workbench.analysis.attention import extract_attention
+
+    model, x = _vit(3), _images(3)
+    ds = attribute(model, x, method="raw_attention")
+    ref = extract_attention(model, x, layers=[-1])["cls_attention"].isel(layer=0).mean("head")
+    np.testing.assert_allclose(ds["relevance"].values, ref.values, rtol=1e-5, atol=1e-7)
+
+
+def test_legrad_equals_a_hand_written_reference():
+    """LeGrad (torchcam's rule) by hand: per block, the head applied to that block's output, the gradient of the
+    class score w.r.t. the block's attention, ReLU, mean over heads and queries, then over blocks."""
+    model, x = _vit(2, torch.float64), _images(2, torch.float64)
+    ds = attribute(model, x, method="legrad", target=torch.tensor([1, 6]))
+    for i, cls in enumerate([1, 6]):
+        attns, outs = [], []
+        handles = [b.attn.attn_drop.register_forward_hook(lambda _m, _i, o: attns.append(o)) for b in model.blocks]
+        handles += [b.register_forward_hook(lambda _m, _i, o: outs.append(o)) for b in model.blocks]
+        for b in model.blocks:
+            b.attn.fused_attn = False
+        model(x[i:i + 1])
+        for h in handles:
+            h.remove()
+        for b in model.blocks:
+            b.attn.fused_attn = True
+        maps = []
+        for a, o in zip(attns, outs):
+            score = model.head(model.norm(o)[:, 0])[0, cls]  # vit_demo pools the CLS token
+            (g,) = torch.autograd.grad(score, a, retain_graph=True)
+            maps.append(g[0].clamp(min=0).mean((0, 1))[1:])
+        ref = torch.stack(maps).mean(0).reshape(7, 7)
+        assert ref.abs().max() > 0
+        np.testing.assert_allclose(ds["relevance"].values[i], ref.numpy(), rtol=1e-5, atol=1e-9)
+
+
 def test_gradcam_is_the_grad_cam_packages_output():
     from pytorch_grad_cam import GradCAM
     from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
