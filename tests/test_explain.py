@@ -5,6 +5,8 @@ Tiny random-weight models (seeded, CPU, no downloads): the demo ViT at depth 2 o
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +17,7 @@ import xarray as xr
 import methods.teachers  # noqa: F401  (registers vit_demo with timm)
 from workbench.analysis import examples
 from workbench.analysis.attribution import rollout_map
-from workbench.explain import EXPLAINERS, Maps, attribute, explainer
+from workbench.explain import EXPLAINERS, Maps, attribute, explainer, load_all
 from workbench.explain.faithfulness import perturbation, perturbation_curves, randomization, randomized
 
 
@@ -187,6 +189,51 @@ def test_bad_calls_are_refused():
         attribute(model, x, method="saliency", n_step=3)
     with pytest.raises(ValueError, match="eval"):
         attribute(model.train(), x, method="saliency")
+
+
+ALLOWED_DIMS = {"explainer", "sample", "y", "x", "img_y", "img_x"}
+
+
+@pytest.mark.parametrize("name", sorted(load_all()))
+def test_every_explainer_on_the_vit_keeps_the_shared_guarantees(name):
+    """One call for every registered explainer: no side effects, deterministic, finite, the shared dims, the
+    derived grid as documented; one that does not apply raises with its reason."""
+    model, x = _vit(3), _images(2)
+    why = EXPLAINERS[name].applies(model)
+    if why:
+        with pytest.raises(ValueError, match="does not apply"):
+            attribute(model, x, method=name)
+        return
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    ds = attribute(model, x, method=name, n_steps=8) if name == "ig" else attribute(model, x, method=name)
+    assert set(ds.dims) <= ALLOWED_DIMS and ds.attrs["analysis"] == "explain" and int(ds["stride"]) == 4
+    assert np.isfinite(ds["relevance"].values).all() and np.isfinite(ds["relevance_pixel"].values).all()
+    assert not model.training and all(m.fused_attn for m in model.modules() if hasattr(m, "fused_attn"))
+    assert all(p.grad is None for p in model.parameters())
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    again = attribute(model, x, method=name, n_steps=8) if name == "ig" else attribute(model, x, method=name)
+    xr.testing.assert_identical(ds, again)
+    patch, pixel = ds["relevance"].values, ds["relevance_pixel"].values
+    if EXPLAINERS[name].native == "pixel":  # summed per 4 x 4 patch
+        np.testing.assert_allclose(patch, pixel.reshape(2, 7, 4, 7, 4).sum((2, 4)), rtol=1e-5, atol=1e-7)
+    elif name != "gradcam":  # repeated over each patch's pixels (Grad-CAM's pixel map is the package's own)
+        np.testing.assert_array_equal(pixel, patch.repeat(4, 1).repeat(4, 2))
+
+
+@pytest.mark.parametrize("form", ["sparsifiner", "branched", "sa_resnet"])
+def test_other_forms_get_maps_or_reasons(form):
+    model = getattr(examples, form)()
+    x = torch.randn(2, 1, 48 if form == "sa_resnet" else 28, 48 if form == "sa_resnet" else 28,
+                    generator=torch.Generator().manual_seed(4))
+    names = [n for n in sorted(load_all()) if n != "ig"]
+    ds = attribute(model, x, method=names)
+    skipped = json.loads(ds.attrs["not_applicable"])
+    assert set(ds["explainer"].values) | set(skipped) == set(names) and all(skipped.values())
+    assert np.isfinite(ds["relevance"].values).all()
+    expected = {"sparsifiner": {"generic_attention", "rollout", "raw_attention", "legrad", "gradcam"},
+                "branched": {"gradcam"}, "sa_resnet": {"gradcam"}}[form]
+    assert expected <= set(ds["explainer"].values)
 
 
 # ------------------------------------------------------------------------------------------ perturbation

@@ -5,6 +5,7 @@ The Dataset (dims of DESIGN.md; ``img_y``/``img_x`` are the pixel dims of the ``
 
 - ``relevance(sample, y, x)``: the map on the patch grid (:mod:`workbench.explain.grids`), float32;
 - ``relevance_pixel(sample, img_y, img_x)``: the map on the pixel grid, float32;
+- scalar coord ``stride``: pixels per patch-grid cell (a ViT's patch size; a CNN's last-stage stride);
 - ``target(sample)``: the class explained; ``predicted(sample)``: the model's prediction;
 - side results of a method, e.g. ``ig_delta(sample)`` (IG's relative completeness gap);
 - an ``explainer`` dim when ``method`` is a sequence (a scalar ``explainer`` coord for one name);
@@ -129,6 +130,7 @@ def attribute(model: nn.Module, images: torch.Tensor, *, method: str | Sequence[
     for m in run:
         data.update({k: ("sample", v.double().numpy()) for k, v in results[m].extra.items()})
     coords["explainer"] = list(run) if ex else method
+    coords["stride"] = int(round(h / grid[0]))  # pixels per patch-grid cell (docs/conventions.md)
     config = config_json(method=methods, target=None if target is None else tgt.tolist(), options=options)
     return xr.Dataset(data, coords=coords).assign_attrs(
         analysis="explain", config=config, native=json.dumps({m: get_explainer(m).native for m in run}),
