@@ -35,6 +35,8 @@ EXAMPLES = {
         "--student small=deit_small_patch16_224 --checkpoint small=deit_small.safetensors "
         "--images skimage:astronaut,chelsea,coffee,rocket --out stores/deit.nc"
     ),
+    "explain": ("workbench explain --method generic_attention,rollout,gradcam,ig --model teacher-vit-demo "
+                "--images 'demo:val[:16]' --perturbation --out stores/explain.nc"),
     "inspect": "workbench inspect stores/vit.nc\n  workbench inspect stores/val.zarr",
     "stream": ("workbench analyze attention --model teacher-vit-demo --images demo:val --queries cls --dtype float16 "
                "--out stores/val.zarr\n"
@@ -156,6 +158,12 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
             "attributions and their faithfulness); write one xarray store.", EXAMPLES["compare"])
     if command == "compare":
         _compare_flags(c)
+    e = add(sub, "explain", "Explain a model's decisions with the field's attribution methods (and test their "
+            "faithfulness); write one xarray store.", EXAMPLES["explain"])
+    if command == "explain":
+        from workbench.explain.run import add_explain_flags
+
+        add_explain_flags(e)
     i = add(sub, "inspect", "Summarise a store: variables, dims and provenance (checks that it opens).", EXAMPLES["inspect"])
     i.add_argument("store", help="path of a .nc or .zarr store")
     r = add(sub, "reduce", "Reduce a store over samples (mean, std, quantile, top-k; per group with --by), lazily with "
@@ -511,6 +519,12 @@ def cmd_figures(args) -> int:
     return 0
 
 
+def cmd_explain(args) -> int:
+    from workbench.explain.run import cmd_explain as run
+
+    return run(args)
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """A workbench warning (e.g. random-init weights) as one ``workbench: warning:`` line on stderr; others as usual."""
     if category.__module__.startswith("workbench."):
@@ -522,7 +536,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser(_command(argv)).parse_args(argv)
-    handlers = {"info": cmd_info, "train": cmd_train, "analyze": cmd_analyze, "compare": cmd_compare,
+    handlers = {"info": cmd_info, "train": cmd_train, "analyze": cmd_analyze, "compare": cmd_compare, "explain": cmd_explain,
                 "figures": cmd_figures, "inspect": cmd_inspect, "run": cmd_run, "reduce": cmd_reduce}
     try:
         with warnings.catch_warnings():
