@@ -24,6 +24,7 @@ left out, they never run), followed transitively:
   ``workbench.pipelines.<m>.*``             ``methods.<m>`` (its own method's public package) and the shared tools
   ``workbench.pipelines`` (shared modules)  the shared tools
   ``workbench.analysis.*`` (extractors)     any method's public package and the shared tools
+  ``workbench.explain.*`` (capability)      the shared tools only (methods reached through hook-point names)
   ========================================  ================================================================
 
   The shared tools are ``methods.hooks``, ``methods.devices``, ``methods.flops``, ``methods.cka`` and
@@ -130,6 +131,8 @@ def _is_door(me: str, target: str, methods_pkgs: set[str]) -> bool:
         return me == "workbench.runtime"
     if me == "workbench.models":
         return target in ("methods", "methods.teachers")
+    if me.startswith(("workbench.explain.", "workbench.features.")) or me in ("workbench.explain", "workbench.features"):
+        return target in SHARED  # capabilities across methods: the shared tools only, never a method by name
     if me.startswith("workbench.analysis.") or me == "workbench.analysis":
         return target in SHARED or target in methods_pkgs
     if me.startswith("workbench.pipelines."):

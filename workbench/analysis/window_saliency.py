@@ -244,7 +244,7 @@ def _gate_gradients(gated, images, target, selected: Sequence[int], batch_size: 
             loss = F.cross_entropy(gated(x), t, reduction="sum")  # sum_b loss_b: d/d probe[b] = G[b]
             g = torch.autograd.grad(loss, [probes[l] for l in selected])  # each (b, W, H)
         grads.append(torch.cat([gl.detach().reshape(x.shape[0], -1) for gl in g], dim=1).double().cpu())  # (b, pairs)
-    return torch.cat(grads).numpy()  # (B, pairs) in (layer, window, head) order
+    return torch.cat(grads).cpu().numpy()  # (B, pairs) in (layer, window, head) order
 
 
 def _gate_mode(model) -> str:

@@ -121,14 +121,14 @@ def attribute(model: nn.Module, images: torch.Tensor, *, method: str | Sequence[
     ex = ("explainer",) if not isinstance(method, str) else ()
     stack = (lambda xs: np.stack(xs)) if ex else (lambda xs: xs[0])
     data = {
-        "relevance": (ex + ("sample", "y", "x"), stack([results[m].patch.numpy() for m in run]),
+        "relevance": (ex + ("sample", "y", "x"), stack([results[m].patch.cpu().numpy() for m in run]),
                       {"long_name": "relevance on the patch grid"}),
-        "relevance_pixel": (ex + ("sample", "img_y", "img_x"), stack([results[m].pixel.numpy() for m in run]),
+        "relevance_pixel": (ex + ("sample", "img_y", "img_x"), stack([results[m].pixel.cpu().numpy() for m in run]),
                             {"long_name": "relevance on the pixel grid"}),
         "target": ("sample", tgt.cpu().numpy()), "predicted": ("sample", pred.cpu().numpy()),
     }
     for m in run:
-        data.update({k: ("sample", v.double().numpy()) for k, v in results[m].extra.items()})
+        data.update({k: ("sample", v.double().cpu().numpy()) for k, v in results[m].extra.items()})
     coords["explainer"] = list(run) if ex else method
     coords["stride"] = int(round(h / grid[0]))  # pixels per patch-grid cell (docs/conventions.md)
     config = config_json(method=methods, target=None if target is None else tgt.tolist(), options=options)

@@ -92,7 +92,7 @@ def perturbation_curves(model: nn.Module, images: torch.Tensor, maps: torch.Tens
         else:
             s = (logits.argmax(-1) == labels[sl].view(m, 1)).double()
         out.append(s.cpu())
-    return torch.cat(out).numpy()
+    return torch.cat(out).cpu().numpy()
 
 
 def _auc(curves: np.ndarray, fractions: Sequence[float]) -> np.ndarray:

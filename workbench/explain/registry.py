@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Literal, Protocol
 
 import torch
@@ -69,10 +70,9 @@ def explainer(name: str, *, applies: Callable[[nn.Module], str | None] = always,
 
 def load_all() -> dict[str, Explainer]:
     """Import every module of the package (each registers its explainers) and return :data:`EXPLAINERS`."""
-    import workbench.explain as pkg
-
-    for info in pkgutil.iter_modules(pkg.__path__):
-        importlib.import_module(f"{pkg.__name__}.{info.name}")
+    package = __name__.rsplit(".", 1)[0]  # workbench.explain, found from its files (no import of the package here)
+    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        importlib.import_module(f"{package}.{info.name}")
     return EXPLAINERS
 
 

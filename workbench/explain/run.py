@@ -26,12 +26,12 @@ def explain(model: str, images: str, *, method: str | Sequence[str], target: int
     """
     import torch
 
-    from methods.train import resolve_device
     from workbench.data import load_images
     from workbench.explain.core import attribute
     from workbench.explain.faithfulness import perturbation
     from workbench.models import load_model
     from workbench.provenance import stamp
+    from workbench.runtime import resolve_device
 
     dev = resolve_device(device)
     loaded = load_model(model, checkpoint=checkpoint, device=dev, **({"seed": seed} if seed is not None else {}),
