@@ -11,7 +11,9 @@ A model reference is one of
   checkpoint the model keeps its random initial weights, with a :class:`~workbench.provenance.RandomInitWarning`
   and ``weights: random-init`` in its provenance. Those weights are drawn from a fixed seed (``seed``, default
   :data:`DEFAULT_INIT_SEED`; recorded as ``init_seed``), so two calls, two torchrun ranks, or a resumed streamed
-  store all see the same network.
+  store all see the same network;
+- ``hf:DIR``: a Hugging Face ``transformers`` ``save_pretrained`` folder, converted to the equivalent timm model
+  with its image processor's size, mean and std (:mod:`workbench.hf`).
 
 Every loaded model's provenance carries ``weights_sha256`` (:func:`state_dict_sha256`): a hash of the weights
 themselves, which a resumed store checks whatever their origin.
@@ -180,7 +182,7 @@ def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | 
     """Load a model by run id/dir or timm name (+ optional checkpoint), in eval mode.
 
     Args:
-        ref: run id, run directory, or timm architecture name.
+        ref: run id, run directory, timm architecture name, or ``hf:DIR`` (a Hugging Face folder).
         checkpoint: local weights for a timm name (not allowed with a run).
         device: where to put the model.
         seed: seed of the random initial weights of a timm name without a checkpoint (ignored otherwise).
@@ -189,6 +191,8 @@ def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | 
     Warns:
         RandomInitWarning: a timm name without a checkpoint (its ``source.weights`` is ``"random-init"``).
     """
+    if isinstance(ref, str) and ref.startswith("hf:"):  # a Hugging Face folder (workbench.hf)
+        return _load_hf(ref, checkpoint=checkpoint, device=device, kwargs=kwargs)
     run = _maybe_run(ref)
     if run is not None:
         if checkpoint is not None:
@@ -234,6 +238,20 @@ def run_model_spec(run: Run) -> tuple[str, dict]:
     if spec:
         return spec["name"], dict(spec.get("kwargs") or {})
     return run.config["model_name"], dict(run.config.get("model_kwargs") or {})
+
+
+def _load_hf(ref: str, *, checkpoint, device, kwargs: dict) -> LoadedModel:
+    """``hf:DIR`` as its converted timm model (:func:`workbench.hf.load_hf`)."""
+    from workbench.hf import load_hf
+
+    if checkpoint is not None or kwargs:
+        raise ValueError(f"{ref!r} is a Hugging Face folder with its own weights and config; drop "
+                         f"{'--checkpoint' if checkpoint is not None else ', '.join(kwargs)}")
+    converted, folder = load_hf(ref, device=device)
+    cfg = converted.data_config
+    source = ModelSource(f"hf:{folder.path}", "teacher", folder.sha256(), None,
+                         weights_sha256=state_dict_sha256(converted.model))
+    return LoadedModel(converted.model, source, tuple(cfg["input_size"]), tuple(cfg["mean"]), tuple(cfg["std"]))
 
 
 def _maybe_run(ref: str) -> Run | None:

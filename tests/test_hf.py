@@ -1,0 +1,235 @@
+"""Hugging Face folders (workbench.hf): ViT, DeiT, Swin and DINOv2 converted to timm, checked against transformers.
+
+Every model is a tiny config built here with seeded random weights and saved with ``save_pretrained`` to a
+temporary folder (nothing downloaded). The converted timm model must give the HF model's logits (1e-4 in float32,
+1e-10 in float64), its attention probabilities (eager path), and the HF image processor's pixels.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from workbench.hf import HFError, load_hf  # noqa: E402
+from workbench.models import load_model  # noqa: E402
+
+VIT = dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+
+
+def _save(model_cls, config, path, *, seed=0, preprocessor=None):
+    """Seeded random weights of ``model_cls(config)`` saved to ``path`` (with a preprocessing config if given)."""
+    torch.manual_seed(seed)
+    model = model_cls(config).eval()
+    with torch.no_grad():  # HF initialises layer scale, some biases and tokens to constants: randomise every tensor
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(path)
+    if preprocessor is not None:
+        preprocessor.save_pretrained(path)
+    return model
+
+
+FAMILIES = {
+    "vit": lambda: (transformers.ViTForImageClassification, transformers.ViTConfig(**VIT, num_labels=5)),
+    "vit-model": lambda: (transformers.ViTModel, transformers.ViTConfig(**VIT, qkv_bias=False, hidden_act="gelu_pytorch_tanh")),
+    "deit": lambda: (transformers.DeiTForImageClassificationWithTeacher, transformers.DeiTConfig(**VIT, num_labels=4)),
+    "swin": lambda: (transformers.SwinForImageClassification, transformers.SwinConfig(
+        image_size=32, patch_size=2, embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=4, num_labels=3)),
+    "dinov2": lambda: (transformers.Dinov2ForImageClassification, transformers.Dinov2Config(
+        image_size=28, patch_size=7, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_labels=3)),
+    "dinov2-reg": lambda: (transformers.Dinov2WithRegistersForImageClassification, transformers.Dinov2WithRegistersConfig(
+        image_size=28, patch_size=7, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_labels=3,
+        num_register_tokens=2)),
+    "dinov2-model": lambda: (transformers.Dinov2Model, transformers.Dinov2Config(
+        image_size=28, patch_size=7, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)),
+}
+
+
+def _hf_output(model, x):
+    out = model(pixel_values=x)
+    if hasattr(out, "logits"):
+        return out.logits
+    if isinstance(model, transformers.SwinModel):
+        return out.pooler_output
+    return out.last_hidden_state[:, 0]  # a headless ViT / DINOv2: the final-norm class token (timm's features)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_converted_logits_equal_hf(tmp_path, name):
+    cls, config = FAMILIES[name]()
+    hf = _save(cls, config, tmp_path / name)
+    converted, _ = load_hf(f"hf:{tmp_path / name}")
+    size = config.image_size
+    x = torch.randn(3, 3, size, size, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ours, theirs = converted.model(x), _hf_output(hf, x)
+        assert ours.shape == theirs.shape
+        assert torch.allclose(ours, theirs, atol=1e-4, rtol=0), float((ours - theirs).abs().max())
+        ours64, theirs64 = converted.model.double()(x.double()), _hf_output(hf.double(), x.double())
+    assert torch.allclose(ours64, theirs64, atol=1e-10, rtol=0), float((ours64 - theirs64).abs().max())
+    assert theirs64.abs().max() > 1e-3  # not a trivially equal (zero) output
+
+
+@pytest.mark.parametrize("name", ["vit", "deit", "dinov2-reg"])
+def test_attention_equals_hf_eager(tmp_path, name):
+    from workbench.analysis.attention import extract_attention
+
+    cls, config = FAMILIES[name]()
+    _save(cls, config, tmp_path / name)
+    hf = cls.from_pretrained(tmp_path / name, attn_implementation="eager").eval()
+    converted, _ = load_hf(f"hf:{tmp_path / name}")
+    x = torch.randn(2, 3, config.image_size, config.image_size, generator=torch.Generator().manual_seed(2))
+    ds = extract_attention(converted.model, x)
+    with torch.no_grad():
+        want = torch.stack(hf(pixel_values=x, output_attentions=True).attentions, dim=1)  # (B, layer, head, q, k)
+    assert ds["attention"].shape == tuple(want.shape)
+    np.testing.assert_allclose(ds["attention"].values, want.numpy(), atol=1e-5, rtol=0)
+    kinds = list(ds["query_kind"].values[: 1 + (name == "deit") + 2 * (name == "dinov2-reg")])
+    assert kinds[0] == "cls" and ("dist" in kinds) == (name == "deit")
+
+
+def test_swin_window_attention_equals_hf_eager(tmp_path):
+    from methods.hooks import run_with_cache
+
+    cls, config = FAMILIES["swin"]()
+    _save(cls, config, tmp_path / "swin")
+    hf = cls.from_pretrained(tmp_path / "swin", attn_implementation="eager").eval()
+    converted, _ = load_hf(f"hf:{tmp_path / 'swin'}")
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        _, cache = run_with_cache(converted.model, x, names="layers.*.attn.hook_pattern")
+        want = hf(pixel_values=x, output_attentions=True).attentions
+    ours = list(cache.values())  # every block's (B*windows, heads, N, N), in block order
+    assert len(ours) == sum(config.depths)
+    # transformers 5 returns the last block's map of each stage (4.x: every block's)
+    last = np.cumsum(config.depths) - 1 if len(want) == len(config.depths) else np.arange(sum(config.depths))
+    assert len(want) == len(last)
+    for j, ref in zip(last, want):
+        assert ours[j].shape == ref.shape
+        np.testing.assert_allclose(ours[j].numpy(), ref.numpy(), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("processor", ["vit", "bit", "deit"])
+def test_preprocessing_equals_hf_image_processor(tmp_path, processor):
+    from PIL import Image
+
+    from workbench.hf import transform
+
+    pil = lambda n: getattr(transformers, n + "Pil", None) or getattr(transformers, n)  # the PIL processor (v4: the slow one)
+    procs = {"vit": lambda: pil("ViTImageProcessor")(size={"height": 32, "width": 32}, image_mean=[0.5, 0.4, 0.3],
+                                                     image_std=[0.2, 0.3, 0.25]),
+             "bit": lambda: pil("BitImageProcessor")(size={"shortest_edge": 36}, crop_size={"height": 32, "width": 32}),
+             "deit": lambda: pil("DeiTImageProcessor")(size={"height": 37, "width": 37}, crop_size={"height": 32, "width": 32},
+                                                       resample=3)}
+    cls, config = FAMILIES["vit"]()
+    _save(cls, config, tmp_path / "m", preprocessor=procs[processor]())
+    converted, _ = load_hf(f"hf:{tmp_path / 'm'}")
+    rng = np.random.default_rng(4)
+    for shape in [(50, 41, 3), (29, 64, 3)]:
+        img = Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8))
+        want = procs[processor]()(img, return_tensors="pt")["pixel_values"][0]
+        ours = transform(converted.data_config)(img)
+        assert ours.shape == want.shape == (3, 32, 32)
+        np.testing.assert_allclose(ours.numpy(), want.numpy(), atol=1e-5, rtol=0)
+
+
+def test_load_model_takes_hf_folder(tmp_path):
+    cls, config = FAMILIES["deit"]()
+    processor = transformers.ViTImageProcessor(size={"height": 32, "width": 32}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    _save(cls, config, tmp_path / "deit", preprocessor=processor)
+    loaded = load_model(f"hf:{tmp_path / 'deit'}")
+    assert loaded.input_size == (3, 32, 32) and loaded.mean == (0.5,) * 3 and loaded.std == (0.5,) * 3
+    assert loaded.source.name == f"hf:{tmp_path / 'deit'}" and loaded.source.weights == "checkpoint"
+    assert type(loaded.model).__name__ == "VisionTransformerDistilled" and not loaded.model.training
+    with pytest.raises(ValueError, match="drop --checkpoint"):
+        load_model(f"hf:{tmp_path / 'deit'}", checkpoint="x.safetensors")
+
+
+# ---- refused ------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def vit_folder(tmp_path):
+    cls, config = FAMILIES["vit"]()
+    _save(cls, config, tmp_path / "vit")
+    return tmp_path / "vit"
+
+
+def test_hub_name_without_folder_says_how_to_fetch(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(HFError, match=r"huggingface-cli download google/vit-base-patch16-224 --local-dir DIR"):
+        load_model("hf:google/vit-base-patch16-224")
+
+
+def test_folder_without_weights_refused(vit_folder):
+    (vit_folder / "model.safetensors").unlink()
+    with pytest.raises(HFError, match="no weights"):
+        load_model(f"hf:{vit_folder}")
+
+
+def test_truncated_safetensors_refused(vit_folder):
+    f = vit_folder / "model.safetensors"
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    with pytest.raises(HFError, match="not a readable safetensors"):
+        load_model(f"hf:{vit_folder}")
+
+
+def test_unsupported_family_refused(tmp_path):
+    _save(transformers.BeitForImageClassification, transformers.BeitConfig(**VIT, num_labels=2), tmp_path / "beit")
+    with pytest.raises(HFError, match=r"BeitForImageClassification .* is not supported; supported: .*ViTModel"):
+        load_model(f"hf:{tmp_path / 'beit'}")
+
+
+def test_option_timm_lacks_refused_by_name(tmp_path):
+    cfg = transformers.SwinConfig(image_size=32, patch_size=2, embed_dim=16, depths=[2], num_heads=[2], window_size=4,
+                                  use_absolute_embeddings=True)
+    _save(transformers.SwinModel, cfg, tmp_path / "swin")
+    with pytest.raises(HFError, match="use_absolute_embeddings=True"):
+        load_model(f"hf:{tmp_path / 'swin'}")
+    _save(transformers.ViTModel, transformers.ViTConfig(**{**VIT, "hidden_act": "mish"}), tmp_path / "mish")
+    with pytest.raises(HFError, match="hidden_act='mish'"):
+        load_model(f"hf:{tmp_path / 'mish'}")
+
+
+def test_pytorch_model_bin_read_weights_only(vit_folder, tmp_path):
+    from safetensors.torch import load_file
+
+    state = load_file(vit_folder / "model.safetensors")
+    (vit_folder / "model.safetensors").unlink()
+    torch.save(state, vit_folder / "pytorch_model.bin")  # plain tensors: read with weights_only=True
+    converted, _ = load_hf(f"hf:{vit_folder}")
+    assert torch.equal(converted.model.head.weight, state["classifier.weight"])
+
+    class Payload:  # a pickle that needs code to load is refused, never run
+        def __reduce__(self):
+            return (print, ("unpickled!",))
+
+    torch.save({"x": Payload()}, vit_folder / "pytorch_model.bin")
+    with pytest.raises(HFError, match="weights_only=True"):
+        load_hf(f"hf:{vit_folder}")
+
+
+def test_num_labels_differing_from_weights_refused(vit_folder, tmp_path):
+    cfg = json.loads((vit_folder / "config.json").read_text())
+    cfg["id2label"] = {str(i): f"c{i}" for i in range(7)}
+    cfg["label2id"] = {f"c{i}": i for i in range(7)}
+    (vit_folder / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(HFError, match=r"7 labels .* classifier has 5 rows"):
+        load_model(f"hf:{vit_folder}")
+
+
+def test_cli_analyze_refuses_bad_folder_and_writes_nothing(vit_folder, tmp_path):
+    from workbench.cli import main
+
+    (vit_folder / "model.safetensors").unlink()
+    out = tmp_path / "att.nc"
+    rc = main(["analyze", "attention", "--model", f"hf:{vit_folder}", "--images", "demo:val[:2]", "--out", str(out)])
+    assert rc != 0 and not out.exists() and not list(tmp_path.glob("att*"))
