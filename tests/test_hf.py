@@ -151,6 +151,12 @@ def test_load_model_takes_hf_folder(tmp_path):
     assert type(loaded.model).__name__ == "VisionTransformerDistilled" and not loaded.model.training
     with pytest.raises(ValueError, match="drop --checkpoint"):
         load_model(f"hf:{tmp_path / 'deit'}", checkpoint="x.safetensors")
+    from workbench.models import create_model
+
+    converted, _ = load_hf(f"hf:{tmp_path / 'deit'}")  # a run records the architecture as a timm name + JSON kwargs
+    rebuilt = create_model(converted.name, **json.loads(json.dumps(converted.kwargs)))
+    assert {k: v.shape for k, v in rebuilt.state_dict().items()} == {k: v.shape for k, v in converted.model.state_dict().items()}
+    assert rebuilt.pretrained_cfg["input_size"] == [3, 32, 32] and rebuilt.pretrained_cfg["mean"] == [0.5] * 3
 
 
 # ---- refused ------------------------------------------------------------------------------------------------------
@@ -233,3 +239,38 @@ def test_cli_analyze_refuses_bad_folder_and_writes_nothing(vit_folder, tmp_path)
     out = tmp_path / "att.nc"
     rc = main(["analyze", "attention", "--model", f"hf:{vit_folder}", "--images", "demo:val[:2]", "--out", str(out)])
     assert rc != 0 and not out.exists() and not list(tmp_path.glob("att*"))
+
+
+@pytest.mark.integration
+def test_hf_vit_teaches_far_then_analyze_attention(tmp_path):
+    """An HF ViT folder as FAR's teacher on the smoke profile (its timm name, kwargs and weight hash recorded; the
+    student built from them), then ``workbench analyze attention --model hf:DIR`` equal to HF's eager maps."""
+    import xarray as xr
+
+    from workbench.cli import main
+    from workbench.data import load_images
+    from workbench.pipelines import run_method
+    from workbench.runs import open_run
+
+    folder = tmp_path / "vit"
+    cfg = transformers.ViTConfig(image_size=28, patch_size=4, num_channels=1, hidden_size=32, num_hidden_layers=2,
+                                 num_attention_heads=4, intermediate_size=64, num_labels=10)
+    _save(transformers.ViTForImageClassification, cfg, folder)
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "ViTImageProcessor", "size": {"height": 28, "width": 28}, "resample": 2,
+        "rescale_factor": 1 / 255, "image_mean": [0.1307], "image_std": [0.3081]}))
+    pruned = run_method("far", f"hf:{folder}", "smoke", device="cpu", log=lambda *_: None)
+    far = open_run(pruned.config["source_run"])
+    assert far.config["teacher"]["ref"] == f"hf:{folder}" and far.config["teacher"]["model_name"] == "hf_vit"
+    assert far.config["teacher"]["model_kwargs"]["data"]["mean"] == [0.1307] and pruned.status == "complete"
+    assert load_model(pruned.id).input_size == (1, 28, 28)  # the student keeps the folder's preprocessing
+
+    out = tmp_path / "att.nc"
+    assert main(["analyze", "attention", "--model", f"hf:{folder}", "--images", "demo:val[:3]", "--out", str(out)]) == 0
+    ds = xr.open_dataset(out)
+    assert ds.attrs["model_name"] == f"hf:{folder}"
+    x = load_images("demo:val[:3]", input_size=(1, 28, 28), mean=(0.1307,), std=(0.3081,)).tensor
+    eager = transformers.ViTForImageClassification.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.no_grad():
+        want = torch.stack(eager(pixel_values=x, output_attentions=True).attentions, dim=1)  # (B, layer, head, q, k)
+    np.testing.assert_allclose(ds["attention"].values, want.numpy(), atol=1e-5, rtol=0)

@@ -64,6 +64,7 @@ def create_model(name: str, *, pretrained: bool = False, **kwargs) -> nn.Module:
     from methods import register_models
 
     register_models()  # the demo teachers and every method's model forms are timm names
+    import workbench.hf.archs  # noqa: F401  (hf_vit, hf_swin: the architectures of converted Hugging Face folders)
 
     if not timm.is_model(name):
         close = timm.list_models(f"*{name.split('_')[0]}*")[:8]

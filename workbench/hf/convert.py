@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cache, partial
 from typing import Callable
 
 import torch
@@ -39,6 +38,8 @@ class Converted:
     model: nn.Module  # timm model in eval mode, weights loaded
     data_config: dict  # timm data config reproducing the folder's image processor (folder.data_config)
     architecture: str  # the transformers class it came from, e.g. "ViTForImageClassification"
+    name: str  # timm name that builds the architecture: "hf_vit" or "hf_swin" (workbench.hf.archs)
+    kwargs: dict  # its JSON keyword arguments: timm.create_model(name, **kwargs) is the model, untrained
 
 
 #: transformers class name -> converter(folder) -> Converted
@@ -76,12 +77,6 @@ def convert(folder: HFFolder) -> Converted:
 
 # ---- config -> timm keyword arguments ------------------------------------------------------------------------------
 
-_ACTS: dict[str, Callable[[], nn.Module]] = {
-    "gelu": nn.GELU, "gelu_pytorch_tanh": partial(nn.GELU, approximate="tanh"),
-    "gelu_new": partial(nn.GELU, approximate="tanh"), "relu": nn.ReLU, "silu": nn.SiLU, "swish": nn.SiLU,
-}
-
-
 def _opt(folder: HFFolder, key: str, default):
     return folder.config.get(key, default)
 
@@ -118,17 +113,18 @@ def _num_classes(folder: HFFolder, state: dict[str, torch.Tensor], head: str | N
 
 def _vit_kwargs(folder: HFFolder, *, mlp_hidden: int) -> dict:
     """timm ``VisionTransformer`` arguments shared by ViT, DeiT and DINOv2 configs."""
+    from workbench.hf.archs import ACTS
+
     dim = int(_opt(folder, "hidden_size", 768))
     act = _opt(folder, "hidden_act", "gelu")
-    if act not in _ACTS:
-        raise _refuse(folder, "hidden_act", f"timm's MLP takes {', '.join(sorted(_ACTS))}")
+    if act not in ACTS:
+        raise _refuse(folder, "hidden_act", f"timm's MLP takes {', '.join(sorted(ACTS))}")
     if mlp_hidden % dim and int(dim * (mlp_hidden / dim)) != mlp_hidden:
         raise _refuse(folder, "intermediate_size", f"{mlp_hidden} is not a ratio timm's int(dim * mlp_ratio) reproduces")
-    return dict(img_size=_pair(_opt(folder, "image_size", 224)), patch_size=_square_patch(folder),
+    return dict(img_size=list(_pair(_opt(folder, "image_size", 224))), patch_size=_square_patch(folder),
                 in_chans=int(_opt(folder, "num_channels", 3)), embed_dim=dim, depth=int(_opt(folder, "num_hidden_layers", 12)),
                 num_heads=int(_opt(folder, "num_attention_heads", 12)), mlp_ratio=mlp_hidden / dim,
-                qkv_bias=bool(_opt(folder, "qkv_bias", True)), act_layer=_ACTS[act],
-                norm_layer=partial(nn.LayerNorm, eps=float(_opt(folder, "layer_norm_eps", 1e-12))))
+                qkv_bias=bool(_opt(folder, "qkv_bias", True)), act=act, layer_norm_eps=float(_opt(folder, "layer_norm_eps", 1e-12)))
 
 
 # ---- saved names -> original names --------------------------------------------------------------------------------
@@ -194,11 +190,19 @@ def _renamed(state: dict[str, torch.Tensor], prefix: str, names: list, qkv: re.P
 # ---- the families ------------------------------------------------------------------------------------------------
 
 
-def _finish(folder: HFFolder, model: nn.Module, state: dict, cfg: dict) -> Converted:
+def _build(name: str, kwargs: dict, cfg: dict) -> nn.Module:
+    """``timm.create_model(name, **kwargs)`` with the data config ``cfg`` (as JSON) added to ``kwargs``."""
+    import timm
+
+    import workbench.hf.archs  # noqa: F401  (registers hf_vit, hf_swin)
+
+    kwargs["data"] = {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
+    return timm.create_model(name, pretrained=False, **kwargs)
+
+
+def _finish(folder: HFFolder, model: nn.Module, state: dict, cfg: dict, name: str, kwargs: dict) -> Converted:
     load_weights(model, state, what=f"hf:{folder.path} weights")
-    model.pretrained_cfg = {**getattr(model, "pretrained_cfg", {}), **cfg, "num_classes": getattr(model, "num_classes", 0),
-                            "architecture": folder.architecture}
-    return Converted(model.eval(), cfg, folder.architecture)
+    return Converted(model.eval(), cfg, folder.architecture, name, kwargs)
 
 
 def _input_hw(folder: HFFolder, cfg: dict, *, interpolates: bool) -> tuple[int, int]:
@@ -214,8 +218,7 @@ def _input_hw(folder: HFFolder, cfg: dict, *, interpolates: bool) -> tuple[int, 
 def vit(folder: HFFolder) -> Converted:
     """ViT (``timm`` ``VisionTransformer``, class token pooling) and distilled DeiT (``VisionTransformerDistilled``:
     class and distillation tokens, the two heads averaged in eval as in timm's ``deit_*_distilled``)."""
-    from timm.models.deit import VisionTransformerDistilled
-    from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
+    from timm.models.vision_transformer import checkpoint_filter_fn
 
     distilled = folder.architecture.startswith("DeiT")
     prefix = "deit." if distilled else "vit." if folder.architecture != "ViTModel" else ""
@@ -225,9 +228,9 @@ def vit(folder: HFFolder) -> Converted:
     _input_hw(folder, cfg, interpolates=False)
     kwargs = _vit_kwargs(folder, mlp_hidden=int(_opt(folder, "intermediate_size", 3072)))
     head = None if folder.architecture == "ViTModel" else "head"
-    cls = VisionTransformerDistilled if distilled else VisionTransformer
-    model = cls(**kwargs, num_classes=_num_classes(folder, state, head), global_pool="token", class_token=True)
-    return _finish(folder, model, checkpoint_filter_fn(state, model), cfg)
+    kwargs.update(num_classes=_num_classes(folder, state, head), head="distilled" if distilled else "token")
+    model = _build("hf_vit", kwargs, cfg)
+    return _finish(folder, model, checkpoint_filter_fn(state, model), cfg, "hf_vit", kwargs)
 
 
 @family("Dinov2Model", "Dinov2ForImageClassification", "Dinov2WithRegistersModel",
@@ -235,10 +238,10 @@ def vit(folder: HFFolder) -> Converted:
 def dinov2(folder: HFFolder) -> Converted:
     """DINOv2, with register tokens where the config has them: timm's ``vit_*_dinov2`` form (layer scale), registers
     as timm's ``reg_token`` (with zero position rows). The classifier of ``Dinov2ForImageClassification`` reads
-    [CLS, mean of the patch tokens] (``ClsMeanViT``, a timm ``VisionTransformer`` subclass). DINOv2 interpolates its position embedding to the image
+    [CLS, mean of the patch tokens] (:class:`workbench.hf.archs.ClsMeanViT`). DINOv2 interpolates its position embedding to the image
     size on every forward (bicubic, in float32); a processor size other than ``image_size`` is done once here, the
     same way."""
-    from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
+    from timm.models.vision_transformer import checkpoint_filter_fn
 
     if _opt(folder, "use_swiglu_ffn", False):
         raise _refuse(folder, "use_swiglu_ffn", "the converter maps the plain MLP only")
@@ -253,16 +256,16 @@ def dinov2(folder: HFFolder) -> Converted:
     kwargs = _vit_kwargs(folder, mlp_hidden=int(dim * float(_opt(folder, "mlp_ratio", 4))))
     regs = int(_opt(folder, "num_register_tokens", 0)) if "Registers" in arch else 0
     head = None if arch.endswith("Model") else "head"
-    cls = VisionTransformer if head is None else _cls_mean_vit()
-    model = cls(**{**kwargs, "img_size": hw}, num_classes=_num_classes(folder, state, head), global_pool="token",
-                class_token=True, init_values=1.0, reg_tokens=regs)
+    kwargs.update(img_size=list(hw), num_classes=_num_classes(folder, state, head), init_values=1.0, reg_tokens=regs,
+                  head="token" if head is None else "cls_mean")
+    model = _build("hf_vit", kwargs, cfg)
     pos = _dinov2_pos_embed(state["pos_embed"], model.patch_embed.grid_size)  # (1, 1 + gh*gw, D)
     if regs:  # HF adds no position to the registers: zero rows in timm's embedding of every prefix token (exact,
         # where timm's no_embed_class form would fold the class position into the class token with a float32 rounding)
         state["reg_token"] = state.pop("register_tokens")
         pos = torch.cat([pos[:, :1], pos.new_zeros(1, regs, pos.shape[-1]), pos[:, 1:]], dim=1)  # (1, 1+regs+gh*gw, D)
     state["pos_embed"] = pos
-    return _finish(folder, model, checkpoint_filter_fn(state, model), cfg)
+    return _finish(folder, model, checkpoint_filter_fn(state, model), cfg, "hf_vit", kwargs)
 
 
 def _dinov2_pos_embed(pos: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
@@ -276,31 +279,11 @@ def _dinov2_pos_embed(pos: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
     return torch.cat([pos[:, :1], patch.permute(0, 2, 3, 1).reshape(1, grid[0] * grid[1], -1)], dim=1)  # (1, 1+gh*gw, D)
 
 
-@cache
-def _cls_mean_vit() -> type:
-    from timm.models.vision_transformer import VisionTransformer
-
-    class ClsMeanViT(VisionTransformer):
-        """timm's ``VisionTransformer`` with ``Dinov2ForImageClassification``'s head: a linear layer on the class
-        token concatenated with the mean of the patch tokens (register tokens left out)."""
-
-        def __init__(self, **kwargs):
-            super().__init__(**kwargs)
-            self.head = nn.Linear(2 * self.embed_dim, self.num_classes) if self.num_classes else nn.Identity()
-
-        def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-            x = torch.cat([x[:, 0], x[:, self.num_prefix_tokens:].mean(dim=1)], dim=-1)  # (B, T, D) -> (B, 2D)
-            x = self.head_drop(x)
-            return x if pre_logits else self.head(x)
-
-    return ClsMeanViT
-
-
 @family("SwinForImageClassification", "SwinModel")
 def swin(folder: HFFolder) -> Converted:
     """Swin (timm ``SwinTransformer``): the saved names are mapped to Microsoft's original ones, whose conversion
     timm's Swin filter already does (downsampling moved to the next stage's start, ``head`` -> ``head.fc``)."""
-    from timm.models.swin_transformer import SwinTransformer, checkpoint_filter_fn
+    from timm.models.swin_transformer import checkpoint_filter_fn
 
     if _opt(folder, "hidden_act", "gelu") != "gelu":
         raise _refuse(folder, "hidden_act", "timm's Swin blocks use GELU")
@@ -310,16 +293,17 @@ def swin(folder: HFFolder) -> Converted:
     state = _renamed(folder.state_dict(), prefix, _SWIN_NAMES, _SWIN_QKV, "layers.{}.blocks.{}.attn.qkv")
     cfg = data_config(folder.preprocessor, image_size=_pair(_opt(folder, "image_size", 224)),
                       in_chans=int(_opt(folder, "num_channels", 3)))
-    model = SwinTransformer(
-        img_size=_input_hw(folder, cfg, interpolates=False), patch_size=_square_patch(folder),
+    kwargs = dict(
+        img_size=list(_input_hw(folder, cfg, interpolates=False)), patch_size=_square_patch(folder),
         in_chans=int(_opt(folder, "num_channels", 3)), embed_dim=int(_opt(folder, "embed_dim", 96)),
-        depths=tuple(_opt(folder, "depths", (2, 2, 6, 2))), num_heads=tuple(_opt(folder, "num_heads", (3, 6, 12, 24))),
+        depths=list(_opt(folder, "depths", (2, 2, 6, 2))), num_heads=list(_opt(folder, "num_heads", (3, 6, 12, 24))),
         window_size=int(_opt(folder, "window_size", 7)), mlp_ratio=float(_opt(folder, "mlp_ratio", 4.0)),
         qkv_bias=bool(_opt(folder, "qkv_bias", True)), drop_path_rate=0.0,
-        norm_layer=partial(nn.LayerNorm, eps=float(_opt(folder, "layer_norm_eps", 1e-5))),
+        layer_norm_eps=float(_opt(folder, "layer_norm_eps", 1e-5)),
         num_classes=_num_classes(folder, state, None if folder.architecture == "SwinModel" else "head"))
+    model = _build("hf_swin", kwargs, cfg)
     state = checkpoint_filter_fn(state, model)
     for kind in ("weight", "bias"):  # a one-stage model has no downsampling, by which the filter knows the format
         if f"head.{kind}" in state:
             state[f"head.fc.{kind}"] = state.pop(f"head.{kind}")
-    return _finish(folder, model, state, cfg)
+    return _finish(folder, model, state, cfg, "hf_swin", kwargs)

@@ -149,7 +149,8 @@ def data_config(pre: dict | None, *, image_size: tuple[int, int], in_chans: int)
     """A timm data config (``input_size``, ``interpolation``, ``crop_pct``, ``crop_mode``, ``mean``, ``std``) that
     reproduces a ``preprocessor_config.json`` (``timm.data.create_transform(**cfg)`` gives the same pixels).
 
-    Without a preprocessing config: the model's ``image_size``, no crop, bicubic, ImageNet mean and std.
+    Without a preprocessing config: the model's ``image_size``, no crop, bicubic, ImageNet mean and std (0.5 and 0.5
+    per channel for other than 3 channels).
 
     Raises:
         HFError: a step timm's eval transform cannot reproduce (a rescale other than 1/255, a shortest-edge resize
@@ -158,8 +159,9 @@ def data_config(pre: dict | None, *, image_size: tuple[int, int], in_chans: int)
     from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
     if pre is None:
+        mean, std = (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD) if in_chans == 3 else ((0.5,) * in_chans, (0.5,) * in_chans)
         return {"input_size": (in_chans, *image_size), "interpolation": "bicubic", "crop_pct": 1.0, "crop_mode": "squash",
-                "mean": tuple(IMAGENET_DEFAULT_MEAN), "std": tuple(IMAGENET_DEFAULT_STD)}
+                "mean": tuple(mean), "std": tuple(std)}
     if pre.get("do_rescale", True) and not math.isclose(pre.get("rescale_factor", 1 / 255), 1 / 255, rel_tol=1e-9):
         raise HFError(f"preprocessor_config.json: rescale_factor {pre['rescale_factor']} is not 1/255, which timm's "
                       "ToTensor applies; not converted")

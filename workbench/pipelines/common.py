@@ -34,6 +34,8 @@ def load_teacher(t: "TeacherRef", device: str | torch.device = "cpu", *, frozen:
     requires grad (a distillation target). ``frozen=False`` for a copy that becomes the student."""
     if t.run is not None:
         model = load_model(t.run, device=device).model
+    elif t.ref.startswith("hf:"):  # a Hugging Face folder (workbench.hf), converted as it loads
+        model = load_model(t.ref, device=device).model
     else:
         model = create_model(t.model_name, **t.model_kwargs)
         load_weights(model, read_state_dict(t.checkpoint), what=f"teacher checkpoint {t.checkpoint!r}")

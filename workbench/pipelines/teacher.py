@@ -360,7 +360,7 @@ def _record_checkpoint(run: Run, model, val_set: Dataset, cfg: TrainConfig, trai
 class TeacherRef:
     """A method's teacher, identified without loading it: a complete teacher run, or a timm name + weights file."""
 
-    ref: str  # run id or timm name as given
+    ref: str  # run id, timm name or hf:DIR as given
     tag: str  # short name for the student's run ids: the run id without "teacher-" ("vit-demo"), or the timm name
     model_name: str  # timm architecture
     model_kwargs: dict = field(default_factory=dict)  # timm.create_model kwargs of the architecture
@@ -406,6 +406,8 @@ def resolve_teacher(teacher: str | Run | None, profile: "str | Profile", *, defa
             teacher = found[0].id
         else:
             teacher = train_teacher(teacher, prof.name, device=device, data=data, log=log).id
+    if teacher.startswith("hf:"):  # a Hugging Face folder, converted to timm (workbench.hf)
+        return _hf_teacher(teacher, checkpoint)
     run = find_run(teacher)
     if run is not None:
         if checkpoint is not None:
@@ -424,6 +426,20 @@ def resolve_teacher(teacher: str | Run | None, profile: "str | Profile", *, defa
         raise ValueError(f"teacher checkpoint {str(path)!r} does not exist")
     sha = sha256_file(path)
     return TeacherRef(teacher, f"{teacher}+ck{sha[:8]}", teacher, {}, str(path), sha)  # the weights are in the id
+
+
+def _hf_teacher(ref: str, checkpoint: str | None) -> TeacherRef:
+    """``hf:DIR`` as a teacher: its timm name and JSON kwargs, the weights' hash in the students' ids."""
+    import re
+
+    from workbench.hf import load_hf
+
+    if checkpoint is not None:
+        raise ValueError(f"teacher {ref!r} is a Hugging Face folder with its own weights; drop --checkpoint")
+    converted, folder = load_hf(ref)
+    sha = folder.sha256()
+    tag = f"hf-{re.sub(r'[^A-Za-z0-9_.-]', '_', folder.path.resolve().name)}+ck{sha[:8]}"
+    return TeacherRef(ref, tag, converted.name, converted.kwargs, None, sha)
 
 
 def _tag(run: Run) -> str:
