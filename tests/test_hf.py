@@ -274,3 +274,25 @@ def test_hf_vit_teaches_far_then_analyze_attention(tmp_path):
     with torch.no_grad():
         want = torch.stack(eager(pixel_values=x, output_attentions=True).attentions, dim=1)  # (B, layer, head, q, k)
     np.testing.assert_allclose(ds["attention"].values, want.numpy(), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["vit", "deit", "dinov2-reg", "swin"])
+def test_native_hf_attention_equals_converted(tmp_path, name):
+    """The HF model analysed as it is (hooks on its attention modules, eager only for that forward) gives the maps of
+    its converted timm model's hook points, every block (Swin too), and its SDPA setting comes back."""
+    from methods.hooks import run_with_cache
+    from workbench.hf.native import attention_maps
+
+    cls, config = FAMILIES[name]()
+    _save(cls, config, tmp_path / name)
+    hf = cls.from_pretrained(tmp_path / name, attn_implementation="sdpa").eval()
+    converted, _ = load_hf(f"hf:{tmp_path / name}")
+    x = torch.randn(2, 3, config.image_size, config.image_size, generator=torch.Generator().manual_seed(5))
+    native = attention_maps(hf, x)
+    with torch.no_grad():
+        _, cache = run_with_cache(converted.model, x, names="*attn.hook_pattern")
+    ours = list(cache.values())
+    assert len(native) == len(ours) == (sum(config.depths) if name == "swin" else config.num_hidden_layers)
+    for got, want in zip(native, ours):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-5, rtol=0)
+    assert hf.config._attn_implementation == "sdpa"

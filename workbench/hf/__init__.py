@@ -7,7 +7,10 @@ only where the HF model itself is run (:mod:`workbench.hf.native`).
 - :mod:`workbench.hf.folder`: the folder read without ``transformers`` (JSON configs, safetensors or weights-only
   pickles; nothing downloaded, no remote code), and its image processor as a timm data config (:func:`transform`: the same pixels);
 - :mod:`workbench.hf.convert`: ViT, DeiT (distilled), Swin and DINOv2 (with registers) as the equivalent timm
-  models, by each family's converter; options timm cannot represent are refused, named.
+  models, by each family's converter; options timm cannot represent are refused, named;
+- :mod:`workbench.hf.archs`: the timm names (``hf_vit``, ``hf_swin``, JSON kwargs) a converted model is built by;
+- :mod:`workbench.hf.native`: the HF model analysed as it is (attention probabilities from the eager path, switched
+  on for the capturing forward only).
 
 Example::
 
