@@ -296,3 +296,27 @@ def test_native_hf_attention_equals_converted(tmp_path, name):
     for got, want in zip(native, ours):
         np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-5, rtol=0)
     assert hf.config._attn_implementation == "sdpa"
+
+
+def test_dinov2_processor_size_other_than_image_size(tmp_path):
+    """DINOv2 interpolates its position embedding to the image on every forward; the converted model does it once,
+    the same way (bicubic in float32), and takes the processor's size."""
+    cls, config = FAMILIES["dinov2"]()  # image_size 28, patch 7: a 4 x 4 grid; the processor crops 21 (3 x 3)
+    processor = getattr(transformers, "BitImageProcessorPil", transformers.BitImageProcessor)(
+        size={"shortest_edge": 24}, crop_size={"height": 21, "width": 21})
+    hf = _save(cls, config, tmp_path / "d", preprocessor=processor)
+    converted, _ = load_hf(f"hf:{tmp_path / 'd'}")
+    assert converted.data_config["input_size"] == (3, 21, 21) and converted.model.pos_embed.shape[1] == 1 + 9
+    x = torch.randn(2, 3, 21, 21, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        assert torch.allclose(converted.model(x), hf(pixel_values=x).logits, atol=1e-4, rtol=0)
+        ours64, theirs64 = converted.model.double()(x.double()), hf.double()(pixel_values=x.double()).logits
+    assert torch.allclose(ours64, theirs64, atol=1e-10, rtol=0), float((ours64 - theirs64).abs().max())
+
+
+def test_vit_processor_size_other_than_image_size_refused(tmp_path):
+    cls, config = FAMILIES["vit"]()  # a ViT does not interpolate its position embedding unless asked per call
+    processor = transformers.ViTImageProcessor(size={"height": 48, "width": 48})
+    _save(cls, config, tmp_path / "v", preprocessor=processor)
+    with pytest.raises(HFError, match=r"image_size=32: the image processor gives 48x48 images"):
+        load_hf(f"hf:{tmp_path / 'v'}")
