@@ -243,7 +243,7 @@ def test_cli_analyze_refuses_bad_folder_and_writes_nothing(vit_folder, tmp_path)
 
 @pytest.mark.integration
 def test_hf_vit_teaches_far_then_analyze_attention(tmp_path):
-    """An HF ViT folder as FAR's teacher on the smoke profile (its timm name, kwargs and weight hash recorded; the
+    """An HF ViT folder as FAR's and Sparsifiner's teacher on the smoke profile (its timm name, kwargs and weight hash recorded; the
     student built from them), then ``workbench analyze attention --model hf:DIR`` equal to HF's eager maps."""
     import xarray as xr
 
@@ -264,6 +264,8 @@ def test_hf_vit_teaches_far_then_analyze_attention(tmp_path):
     assert far.config["teacher"]["ref"] == f"hf:{folder}" and far.config["teacher"]["model_name"] == "hf_vit"
     assert far.config["teacher"]["model_kwargs"]["data"]["mean"] == [0.1307] and pruned.status == "complete"
     assert load_model(pruned.id).input_size == (1, 28, 28)  # the student keeps the folder's preprocessing
+    sparsifiner = run_method("sparsifiner", f"hf:{folder}", "smoke", device="cpu", log=lambda *_: None, keep_rate=0.25)
+    assert sparsifiner.status == "complete" and sparsifiner.config["teacher"]["model_name"] == "hf_vit"
 
     out = tmp_path / "att.nc"
     assert main(["analyze", "attention", "--model", f"hf:{folder}", "--images", "demo:val[:3]", "--out", str(out)]) == 0
@@ -320,3 +322,18 @@ def test_vit_processor_size_other_than_image_size_refused(tmp_path):
     _save(cls, config, tmp_path / "v", preprocessor=processor)
     with pytest.raises(HFError, match=r"image_size=32: the image processor gives 48x48 images"):
         load_hf(f"hf:{tmp_path / 'v'}")
+
+
+@pytest.mark.integration
+def test_hf_swin_teaches_slimswin(tmp_path):
+    from workbench.pipelines import run_method
+
+    folder = tmp_path / "swin"
+    cfg = transformers.SwinConfig(image_size=32, patch_size=2, num_channels=1, embed_dim=24, depths=[2, 2, 2],
+                                  num_heads=[3, 6, 12], window_size=4, mlp_ratio=2.0, num_labels=10)
+    _save(transformers.SwinForImageClassification, cfg, folder)
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "size": {"height": 32, "width": 32}, "resample": 2, "image_mean": [0.1307], "image_std": [0.3081]}))
+    run = run_method("slimswin", f"hf:{folder}", "smoke", device="cpu", log=lambda *_: None, ratio=1 / 3)
+    assert run.status == "complete" and run.config["teacher"]["ref"] == f"hf:{folder}"
+    assert run.id.startswith("slimswin-r0.3333-hf-swin+ck") and load_model(run.id).input_size == (1, 32, 32)
