@@ -337,3 +337,17 @@ def test_hf_swin_teaches_slimswin(tmp_path):
     run = run_method("slimswin", f"hf:{folder}", "smoke", device="cpu", log=lambda *_: None, ratio=1 / 3)
     assert run.status == "complete" and run.config["teacher"]["ref"] == f"hf:{folder}"
     assert run.id.startswith("slimswin-r0.3333-hf-swin+ck") and load_model(run.id).input_size == (1, 32, 32)
+
+
+def test_transformers_model_object(tmp_path):
+    """A transformers model object (not a folder) converts as its save_pretrained folder would."""
+    cls, config = FAMILIES["swin"]()
+    hf = _save(cls, config, tmp_path / "swin")
+    loaded = load_model(hf)
+    assert loaded.source.name == "transformers:SwinForImageClassification" and loaded.source.weights == "checkpoint"
+    assert loaded.source.weights_sha256 == load_model(f"hf:{tmp_path / 'swin'}").source.weights_sha256
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        assert torch.allclose(loaded.model(x), hf(pixel_values=x).logits, atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="drop img_size"):
+        load_model(hf, img_size=64)

@@ -183,7 +183,8 @@ def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | 
     """Load a model by run id/dir or timm name (+ optional checkpoint), in eval mode.
 
     Args:
-        ref: run id, run directory, timm architecture name, or ``hf:DIR`` (a Hugging Face folder).
+        ref: run id, run directory, timm architecture name, ``hf:DIR`` (a Hugging Face folder), or a ``transformers``
+            model object (:func:`workbench.hf.from_transformers`).
         checkpoint: local weights for a timm name (not allowed with a run).
         device: where to put the model.
         seed: seed of the random initial weights of a timm name without a checkpoint (ignored otherwise).
@@ -192,7 +193,7 @@ def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | 
     Warns:
         RandomInitWarning: a timm name without a checkpoint (its ``source.weights`` is ``"random-init"``).
     """
-    if isinstance(ref, str) and ref.startswith("hf:"):  # a Hugging Face folder (workbench.hf)
+    if (isinstance(ref, str) and ref.startswith("hf:")) or _is_transformers_model(ref):  # Hugging Face (workbench.hf)
         return _load_hf(ref, checkpoint=checkpoint, device=device, kwargs=kwargs)
     run = _maybe_run(ref)
     if run is not None:
@@ -241,18 +242,28 @@ def run_model_spec(run: Run) -> tuple[str, dict]:
     return run.config["model_name"], dict(run.config.get("model_kwargs") or {})
 
 
-def _load_hf(ref: str, *, checkpoint, device, kwargs: dict) -> LoadedModel:
-    """``hf:DIR`` as its converted timm model (:func:`workbench.hf.load_hf`)."""
-    from workbench.hf import load_hf
+def _load_hf(ref, *, checkpoint, device, kwargs: dict) -> LoadedModel:
+    """``hf:DIR`` or a ``transformers`` model object as its converted timm model (:mod:`workbench.hf`)."""
+    from workbench.hf import from_transformers, load_hf
 
+    what = str(ref) if isinstance(ref, str) else type(ref).__name__
     if checkpoint is not None or kwargs:
-        raise ValueError(f"{ref!r} is a Hugging Face folder with its own weights and config; drop "
+        raise ValueError(f"{what!r} is a Hugging Face folder or model with its own weights and config; drop "
                          f"{'--checkpoint' if checkpoint is not None else ', '.join(kwargs)}")
-    converted, folder = load_hf(ref, device=device)
+    if isinstance(ref, str):
+        converted, folder = load_hf(ref, device=device)
+        name, sha = f"hf:{folder.path}", folder.sha256()
+    else:
+        converted, sha = from_transformers(ref, device=device)
+        name = f"transformers:{type(ref).__name__}"
     cfg = converted.data_config
-    source = ModelSource(f"hf:{folder.path}", "teacher", folder.sha256(), None,
-                         weights_sha256=state_dict_sha256(converted.model))
+    source = ModelSource(name, "teacher", sha, None, weights_sha256=state_dict_sha256(converted.model))
     return LoadedModel(converted.model, source, tuple(cfg["input_size"]), tuple(cfg["mean"]), tuple(cfg["std"]))
+
+
+def _is_transformers_model(obj: object) -> bool:
+    """A ``transformers`` ``PreTrainedModel`` (checked by class names: transformers is not imported)."""
+    return any(c.__name__ == "PreTrainedModel" and c.__module__.startswith("transformers") for c in type(obj).__mro__)
 
 
 def _maybe_run(ref: str) -> Run | None:

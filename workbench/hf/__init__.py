@@ -12,6 +12,8 @@ only where the HF model itself is run (:mod:`workbench.hf.native`).
 - :mod:`workbench.hf.native`: the HF model analysed as it is (attention probabilities from the eager path, switched
   on for the capturing forward only).
 
+A ``transformers`` model object works too (:func:`from_transformers`, or ``load_model(model)``).
+
 Example::
 
     from workbench.models import load_model
@@ -29,7 +31,7 @@ from workbench.hf.convert import Converted, convert, family, supported
 from workbench.hf.folder import HF_PREFIX, HFError, HFFolder, data_config, is_hf_ref, open_folder, transform
 
 __all__ = ["HF_PREFIX", "HFError", "HFFolder", "Converted", "is_hf_ref", "open_folder", "data_config", "transform", "convert",
-           "family", "supported", "load_hf"]
+           "family", "supported", "load_hf", "from_transformers"]
 
 
 def load_hf(ref: str | Path, *, device: str | torch.device = "cpu") -> tuple[Converted, HFFolder]:
@@ -42,3 +44,24 @@ def load_hf(ref: str | Path, *, device: str | torch.device = "cpu") -> tuple[Con
     converted = convert(folder)
     converted.model.to(device)
     return converted, folder
+
+
+def from_transformers(model, image_processor=None, *, device: str | torch.device = "cpu") -> tuple[Converted, str]:
+    """A ``transformers`` model object (and optionally its image processor) as its timm model: saved with
+    ``save_pretrained`` to a temporary folder (the hub format, whatever the installed transformers names its modules
+    in memory) and converted as ``hf:DIR`` is. Returns the conversion and the sha256 of the saved weights.
+
+    Raises:
+        HFError: as :func:`convert`.
+    """
+    import tempfile
+    import warnings
+
+    with tempfile.TemporaryDirectory() as tmp:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # save_pretrained's notes about generation configs and the like
+            model.save_pretrained(tmp, safe_serialization=True)
+            if image_processor is not None:
+                image_processor.save_pretrained(tmp)
+        converted, folder = load_hf(tmp, device=device)
+        return converted, folder.sha256()
