@@ -351,3 +351,15 @@ def test_transformers_model_object(tmp_path):
         assert torch.allclose(loaded.model(x), hf(pixel_values=x).logits, atol=1e-4, rtol=0)
     with pytest.raises(ValueError, match="drop img_size"):
         load_model(hf, img_size=64)
+
+
+def test_run_with_bad_hf_teacher_refused_before_any_run_dir(vit_folder):
+    from workbench.pipelines import run_method
+    from workbench.runs import runs_root
+
+    f = vit_folder / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:100])  # truncated
+    before = sorted(runs_root().glob("*")) if runs_root().exists() else []
+    with pytest.raises(HFError, match="not a readable safetensors"):
+        run_method("far", f"hf:{vit_folder}", "smoke", device="cpu", log=lambda *_: None)
+    assert (sorted(runs_root().glob("*")) if runs_root().exists() else []) == before
