@@ -264,6 +264,8 @@ def test_hf_vit_teaches_far_then_analyze_attention(tmp_path):
     assert far.config["teacher"]["ref"] == f"hf:{folder}" and far.config["teacher"]["model_name"] == "hf_vit"
     assert far.config["teacher"]["model_kwargs"]["data"]["mean"] == [0.1307] and pruned.status == "complete"
     assert load_model(pruned.id).input_size == (1, 28, 28)  # the student keeps the folder's preprocessing
+    assert main(["run", "far", "--teacher", f"hf:{folder}", "--profile", "smoke", "--device", "cpu"]) == 0  # reused
+    assert main(["run", "far", "--teacher", f"hf:{folder}", "--checkpoint", "w.safetensors", "--profile", "smoke"]) == 2
     sparsifiner = run_method("sparsifiner", f"hf:{folder}", "smoke", device="cpu", log=lambda *_: None, keep_rate=0.25)
     assert sparsifiner.status == "complete" and sparsifiner.config["teacher"]["model_name"] == "hf_vit"
 
