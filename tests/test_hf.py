@@ -365,3 +365,25 @@ def test_run_with_bad_hf_teacher_refused_before_any_run_dir(vit_folder):
     with pytest.raises(HFError, match="not a readable safetensors"):
         run_method("far", f"hf:{vit_folder}", "smoke", device="cpu", log=lambda *_: None)
     assert (sorted(runs_root().glob("*")) if runs_root().exists() else []) == before
+
+
+@pytest.mark.integration
+def test_train_teacher_records_hf_folder(tmp_path):
+    """``workbench train teacher --checkpoint hf:DIR --epochs 0``: the folder recorded as a teacher run, whose model
+    computes what the HF model computes."""
+    from workbench.cli import main
+    from workbench.runs import runs_root
+
+    folder = tmp_path / "vit"
+    cfg = transformers.ViTConfig(image_size=28, patch_size=4, num_channels=1, hidden_size=32, num_hidden_layers=2,
+                                 num_attention_heads=4, intermediate_size=64, num_labels=10)
+    hf = _save(transformers.ViTForImageClassification, cfg, folder)
+    assert main(["train", "teacher", "--arch", "vit", "--profile", "smoke", "--checkpoint", f"hf:{folder}",
+                 "--epochs", "0", "--device", "cpu"]) == 0
+    (run_dir,) = [p for p in runs_root().glob("teacher-*") if "hf_vit" in p.name]
+    loaded = load_model(run_dir.name)
+    x = torch.randn(2, 1, 28, 28, generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        assert torch.allclose(loaded.model(x), hf(pixel_values=x).logits, atol=1e-4, rtol=0)
+    assert main(["train", "teacher", "--arch", "vit", "--profile", "smoke", "--checkpoint", f"hf:{folder}",
+                 "--model", "deit-s", "--epochs", "0"]) == 2

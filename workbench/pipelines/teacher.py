@@ -7,7 +7,8 @@ Under the ``paper`` profile a teacher is the paper's backbone by timm name (``--
 ``Mixup`` (mixup / cutmix, label smoothing) as ``fit``'s batch transform with a soft-target cross-entropy,
 timm's ``RepeatAugSampler``, AdamW with the lr scaled by batch / 512, DataLoader workers.
 
-Pretrained weights (``--checkpoint FILE``; nothing is downloaded) initialise the model; the classifier is
+Pretrained weights (``--checkpoint FILE``, or ``hf:DIR``: a Hugging Face folder with its own architecture; nothing is
+downloaded) initialise the model; the classifier is
 re-initialised when the checkpoint's has another number of classes. With ``--epochs 0`` the checkpoint is
 recorded as the teacher run as it is (evaluated on ``val/``, not trained): the usual way to give the
 methods an ImageNet teacher. Otherwise the recipe fine-tunes from it for the given epochs.
@@ -193,7 +194,8 @@ def _classes(data: str) -> list[str]:
     return list(train)
 
 
-def _load_pretrained(model, checkpoint: str, log: Callable[[str], None], *, trains: bool = True) -> None:
+def _load_pretrained(model, checkpoint: str, log: Callable[[str], None], *, trains: bool = True,
+                     state: dict | None = None) -> None:
     """Load a checkpoint; a classifier of another class count is left freshly initialised (and said so), and so is a
     first convolution of another shape when the model will be trained (``trains``): ImageNet ResNet-50 weights in
     ``resnet50_cifar``, whose 3×3 stride-1 CIFAR stem replaces the 7×7 one (AttentionLite's paper teacher).
@@ -201,7 +203,7 @@ def _load_pretrained(model, checkpoint: str, log: Callable[[str], None], *, trai
     Raises:
         ValueError: a new stem on a teacher recorded untrained (``--epochs 0``), naming the fix.
     """
-    state = read_state_dict(checkpoint)
+    state = read_state_dict(checkpoint) if state is None else state  # given: an hf:DIR folder's converted weights
     own = model.state_dict()
     pc = model.pretrained_cfg
     head = pc.get("classifier") or ()
@@ -263,6 +265,8 @@ def train_teacher(
         raise ValueError(f"unknown teacher arch {arch!r}; choose from {', '.join(DEMO_TEACHERS)}")
     prof = budget("teacher", profile)
     name = backbone(model_name) if model_name else prof.model(arch)
+    hf = _hf_checkpoint(checkpoint, model_name)  # --checkpoint hf:DIR: the folder's own architecture and weights
+    name, base_kwargs = (hf[0].name, hf[0].kwargs) if hf else (name, {})
     import timm
 
     import methods.teachers  # noqa: F401  (the demo teachers are timm names)
@@ -282,15 +286,15 @@ def train_teacher(
         cfg = replace(cfg, lr=prof.lr_per_512 * cfg.batch_size / 512)  # DeiT: 5e-4 x batch / 512
     if cfg.epochs == 0 and checkpoint is None:
         raise ValueError("--epochs 0 records a teacher without training it: pass its weights with --checkpoint FILE")
-    sha = None
-    if checkpoint is not None:
+    sha = hf[1].sha256() if hf else None
+    if checkpoint is not None and not hf:
         if not Path(checkpoint).expanduser().is_file():
             raise ValueError(f"teacher checkpoint {checkpoint!r} does not exist")
         sha = sha256_file(Path(checkpoint).expanduser())
     if data is not None:
         data = str(Path(data).expanduser().resolve())
     classes = _classes(data) if data is not None else []
-    model_kwargs = {"num_classes": len(classes)} if data is not None else {}
+    model_kwargs = {**base_kwargs, **({"num_classes": len(classes)} if data is not None else {})}
     augment = prof.augment if data is not None else None  # the demo digits have their own jitter
     config = {"method": "teacher", "model_name": name, "model_kwargs": model_kwargs, "profile": profile,
               "data": data or "demo", "init_checkpoint_sha256": sha,
@@ -306,7 +310,8 @@ def train_teacher(
         torch.manual_seed(cfg.seed)  # the initialisation: the same whatever ran before in this process
         model = create_model(name, **model_kwargs)
         if checkpoint is not None:
-            _load_pretrained(model, str(Path(checkpoint).expanduser()), log, trains=cfg.epochs > 0)
+            _load_pretrained(model, checkpoint if hf else str(Path(checkpoint).expanduser()), log, trains=cfg.epochs > 0,
+                             state=hf[0].model.state_dict() if hf else None)
         if channels_last:
             model = model.to(memory_format=torch.channels_last)  # the convolutions' weights; activations follow
         pc = model.pretrained_cfg
@@ -342,15 +347,26 @@ def train_teacher(
     return ensure_run(rid, config, recorded, force=force, log=log)
 
 
+def _hf_checkpoint(checkpoint: str | None, model_name: str | None):
+    """``(Converted, HFFolder)`` of ``--checkpoint hf:DIR`` (:mod:`workbench.hf`), else None."""
+    if checkpoint is None or not str(checkpoint).startswith("hf:"):
+        return None
+    if model_name:
+        raise ValueError(f"--checkpoint {checkpoint} brings its own architecture; drop --model {model_name}")
+    from workbench.hf import load_hf
+
+    return load_hf(checkpoint)
+
+
 def _record_checkpoint(run: Run, model, val_set: Dataset, cfg: TrainConfig, train_images: int) -> dict:
     """``--epochs 0``: the checkpoint becomes the run's weights after one evaluation on the held-out set."""
     from torch.utils.data import DataLoader
 
-    from methods.train import atomic_save_safetensors, evaluate, resolve_device
+    from methods.train import atomic_save_safetensors, evaluate, resolve_device, workers_for
 
     dev = resolve_device(cfg.device)
     model.to(dev)
-    metrics = evaluate(model, DataLoader(val_set, batch_size=256, num_workers=cfg.num_workers), dev)
+    metrics = evaluate(model, DataLoader(val_set, batch_size=256, num_workers=workers_for(cfg, dev)), dev)  # None: auto
     if is_main():  # under torchrun rank 0 keeps the record
         atomic_save_safetensors(model.state_dict(), run.checkpoint)
     return {**metrics, "epochs": 0, "train_images": train_images, "val_images": len(val_set)}
