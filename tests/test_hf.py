@@ -387,3 +387,18 @@ def test_train_teacher_records_hf_folder(tmp_path):
         assert torch.allclose(loaded.model(x), hf(pixel_values=x).logits, atol=1e-4, rtol=0)
     assert main(["train", "teacher", "--arch", "vit", "--profile", "smoke", "--checkpoint", f"hf:{folder}",
                  "--model", "deit-s", "--epochs", "0"]) == 2
+
+
+@pytest.mark.integration
+def test_train_teacher_from_hf_deit_on_other_classes(tmp_path):
+    """Fine-tuning a distilled HF DeiT on data of another class count re-initialises both heads (and says so)."""
+    from workbench.pipelines.teacher import train_teacher
+
+    folder = tmp_path / "deit"
+    cfg = transformers.DeiTConfig(image_size=28, patch_size=4, num_channels=1, hidden_size=32, num_hidden_layers=1,
+                                  num_attention_heads=4, intermediate_size=64, num_labels=7)
+    _save(transformers.DeiTForImageClassificationWithTeacher, cfg, folder)
+    said = []
+    run = train_teacher("vit", "smoke", checkpoint=f"hf:{folder}", epochs=1, device="cpu", log=said.append)
+    assert run.status == "complete" and any("classifier" in s and "re-initialised" in s for s in said)
+    assert load_model(run.id).model.head_dist.out_features == 10  # the demo set's classes

@@ -53,10 +53,12 @@ def _timm_only(kwargs: dict) -> dict:
     return {k: v for k, v in kwargs.items() if k not in ("pretrained_cfg", "pretrained_cfg_overlay", "cache_dir")}
 
 
-def _with_data(model: nn.Module, name: str, data: dict | None) -> nn.Module:
+def _with_data(model: nn.Module, name: str, data: dict | None, classifier: str | tuple[str, ...]) -> nn.Module:
     """``model`` with ``pretrained_cfg`` holding the folder's data config (input size, interpolation, crop, mean,
-    std), which the workbench's loaders and every method's student read."""
-    model.pretrained_cfg = {"architecture": name, "num_classes": model.num_classes, **(data or {})}
+    std), which the workbench's loaders and every method's student read, and its classifier and first convolution
+    (re-initialised by a fine-tune to another class count)."""
+    model.pretrained_cfg = {"architecture": name, "num_classes": model.num_classes, "classifier": classifier,
+                            "first_conv": "patch_embed.proj", **(data or {})}
     return model
 
 
@@ -69,7 +71,7 @@ def hf_vit(pretrained: bool = False, *, head: Head = "token", act: str = "gelu",
     if pretrained:
         raise ValueError("hf_vit has no pretrained weights of its own: load the folder with hf:DIR")
     model = _VIT_CLASSES[head](**_timm_only(kwargs), act_layer=ACTS[act], norm_layer=partial(nn.LayerNorm, eps=layer_norm_eps))
-    return _with_data(model, "hf_vit", data)
+    return _with_data(model, "hf_vit", data, ("head", "head_dist") if head == "distilled" else "head")
 
 
 @register_model
@@ -79,7 +81,7 @@ def hf_swin(pretrained: bool = False, *, layer_norm_eps: float = 1e-5, data: dic
     if pretrained:
         raise ValueError("hf_swin has no pretrained weights of its own: load the folder with hf:DIR")
     model = SwinTransformer(**_timm_only(kwargs), norm_layer=partial(nn.LayerNorm, eps=layer_norm_eps))
-    return _with_data(model, "hf_swin", data)
+    return _with_data(model, "hf_swin", data, "head.fc")
 
 
 @cache

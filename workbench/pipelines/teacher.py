@@ -29,8 +29,8 @@ from torch.utils.data import Dataset
 
 from methods.teachers import DEMO_TEACHERS
 from methods.train import TrainConfig, fit, is_main, mixup_cutmix, repeated_augmentation, soft_target_cross_entropy
+from workbench.data import DEMO_CLASSES, scan_image_folder
 from workbench.data import datasets as source_datasets
-from workbench.data import scan_image_folder
 from workbench.models import create_model, load_weights, read_state_dict
 from workbench.pipelines import (
     Method,
@@ -294,7 +294,9 @@ def train_teacher(
     if data is not None:
         data = str(Path(data).expanduser().resolve())
     classes = _classes(data) if data is not None else []
-    model_kwargs = {**base_kwargs, **({"num_classes": len(classes)} if data is not None else {})}
+    if hf and data is None:  # an HF folder on the demo set: its digits' classes (the demo teachers have them built in)
+        classes = list(DEMO_CLASSES)
+    model_kwargs = {**base_kwargs, **({"num_classes": len(classes)} if classes else {})}
     augment = prof.augment if data is not None else None  # the demo digits have their own jitter
     config = {"method": "teacher", "model_name": name, "model_kwargs": model_kwargs, "profile": profile,
               "data": data or "demo", "init_checkpoint_sha256": sha,
