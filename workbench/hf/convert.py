@@ -1,17 +1,21 @@
 """Hugging Face ViT, DeiT, Swin and DINOv2 folders as the equivalent timm models.
 
 Each supported ``transformers`` class has a converter (registered with :func:`family`) that builds the timm model
-from ``config.json`` and renames the saved tensors onto it; timm's own checkpoint filters then do what they do for
-the original (Google / Meta / Microsoft) checkpoints: DINOv2's register tokens and layer scale
-(``timm.models.vision_transformer.checkpoint_filter_fn``), Swin's downsampling moved to the start of the next
-stage and its ``head.fc`` (``timm.models.swin_transformer.checkpoint_filter_fn``). The renamed weights are loaded
+from ``config.json`` and renames the saved tensors onto it (the original Google / Meta / Microsoft names, with query,
+key and value fused into timm's ``qkv``); timm's own checkpoint filters then do what they do for those checkpoints:
+DINOv2's mask token dropped (``timm.models.vision_transformer.checkpoint_filter_fn``), Swin's downsampling moved to
+the start of the next stage and its ``head.fc`` (``timm.models.swin_transformer.checkpoint_filter_fn``). DINOv2's
+register tokens become timm's ``reg_token`` with zero position rows (exact; timm's ``no_embed_class`` form would
+fold the class position into the class token, one float32 rounding off). The renamed weights are loaded
 strictly (:func:`workbench.models.load_weights`: every tensor used, every shape equal, all finite).
 
 What timm cannot represent exactly is refused, naming the config option: an activation timm's block lacks, a
 non-square patch, Swin's absolute position embeddings or an activation other than GELU, DINOv2's SwiGLU MLP, a
-``num_labels`` that differs from the classifier's rows, an image size the model would interpolate to.
+``num_labels`` that differs from the classifier's rows, a processor image size a ViT or Swin would not take (DINOv2,
+which interpolates its position embedding on every forward, is resampled once to it, as it would be).
 
-Saved names are those of ``save_pretrained`` (the hub format, the same in transformers 4 and 5). ViT's pooler
+Saved names are those ``save_pretrained`` writes (the hub format; transformers 5.24 still writes them, though it
+names its modules otherwise in memory). ViT's pooler
 (``ViTModel``'s dense + tanh, unused by ``ViTForImageClassification``) is not part of the timm model: a headless
 ViT's output is the final-norm CLS token (``last_hidden_state[:, 0]``).
 """
