@@ -252,7 +252,7 @@ def _load_hf(ref, *, checkpoint, device, kwargs: dict) -> LoadedModel:
                          f"{'--checkpoint' if checkpoint is not None else ', '.join(kwargs)}")
     if isinstance(ref, str):
         converted, folder = load_hf(ref, device=device)
-        name, sha = f"hf:{folder.path}", folder.sha256()
+        name, sha = f"hf:{folder.path.resolve()}", folder.sha256()  # absolute: a relative folder names nothing later
     else:
         converted, sha = from_transformers(ref, device=device)
         name = f"transformers:{type(ref).__name__}"
