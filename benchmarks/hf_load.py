@@ -9,7 +9,8 @@ the clock starts), interleaved, ``--repeats`` times:
 - ``timm safetensors``: ``load_model("hf_vit", checkpoint=..., **kwargs)``: the same architecture and weights;
 - ``transformers``: ``ViTForImageClassification.from_pretrained(DIR)`` for reference.
 
-Reported: median wall time, and median peak resident memory added by the load (``VmHWM`` after the load, its peak
+Each child has an empty ``WORKBENCH_HOME`` (``load_model`` first looks a timm name up among the runs, which is not
+loading). Reported: median wall time, and median peak resident memory added by the load (``VmHWM`` after the load, its peak
 reset through ``/proc/self/clear_refs`` just before, minus the resident size then; Linux), with the ratios to the
 timm load. Run::
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -87,11 +89,13 @@ def main() -> None:
         prepare(root)
         sizes = {"hf": (root / "hf" / "model.safetensors").stat().st_size, "timm": (root / "timm.safetensors").stat().st_size}
         runs: dict[str, list[dict]] = {k: [] for k in CASES}
+        # an empty WORKBENCH_HOME: load_model first looks a timm name up among the runs, which is not loading
+        env = {**os.environ, "WORKBENCH_HOME": str(root / "home")}
         for r in range(args.repeats):
             order = list(CASES)[r % 3:] + list(CASES)[:r % 3]  # rotate, so no case always runs first
             for kind in order:
                 out = subprocess.run([sys.executable, "-c", CHILD, kind, str(root), str(args.threads)], check=True,
-                                     capture_output=True, text=True).stdout
+                                     capture_output=True, text=True, env=env).stdout
                 runs[kind].append(json.loads(out.strip().splitlines()[-1]))
     med = {k: {m: statistics.median(x[m] for x in v) for m in ("seconds", "mib")} for k, v in runs.items()}
     params = runs["hf"][0]["params"]
