@@ -43,6 +43,9 @@ FAMILIES = {
     "deit": lambda: (transformers.DeiTForImageClassificationWithTeacher, transformers.DeiTConfig(**VIT, num_labels=4)),
     "swin": lambda: (transformers.SwinForImageClassification, transformers.SwinConfig(
         image_size=32, patch_size=2, embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=4, num_labels=3)),
+    "swin-clipped": lambda: (transformers.SwinModel, transformers.SwinConfig(  # stage 1 is one window: no shift; eps 1e-6
+        image_size=16, patch_size=2, embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=4, qkv_bias=False,
+        layer_norm_eps=1e-6)),
     "dinov2": lambda: (transformers.Dinov2ForImageClassification, transformers.Dinov2Config(
         image_size=28, patch_size=7, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_labels=3)),
     "dinov2-reg": lambda: (transformers.Dinov2WithRegistersForImageClassification, transformers.Dinov2WithRegistersConfig(

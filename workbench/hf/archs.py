@@ -76,11 +76,15 @@ def hf_vit(pretrained: bool = False, *, head: Head = "token", act: str = "gelu",
 
 @register_model
 def hf_swin(pretrained: bool = False, *, layer_norm_eps: float = 1e-5, data: dict | None = None, **kwargs) -> nn.Module:
-    """A timm ``SwinTransformer`` with a HF config's LayerNorm epsilon (its activation is always GELU); ``data`` as
-    for :func:`hf_vit`."""
+    """A timm ``SwinTransformer`` with a HF config's LayerNorm epsilon in its blocks and final norm (the patch
+    embedding's and the patch merging's norms keep 1e-5, as in transformers' Swin; its activation is always GELU);
+    ``data`` as for :func:`hf_vit`."""
     if pretrained:
         raise ValueError("hf_swin has no pretrained weights of its own: load the folder with hf:DIR")
     model = SwinTransformer(**_timm_only(kwargs), norm_layer=partial(nn.LayerNorm, eps=layer_norm_eps))
+    for name, m in model.named_modules():  # transformers builds these two with LayerNorm's default eps, whatever the config
+        if isinstance(m, nn.LayerNorm) and (name == "patch_embed.norm" or name.endswith("downsample.norm")):
+            m.eps = 1e-5
     return _with_data(model, "hf_swin", data, "head.fc")
 
 
