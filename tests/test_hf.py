@@ -206,6 +206,13 @@ def test_option_timm_lacks_refused_by_name(tmp_path):
     _save(transformers.ViTModel, transformers.ViTConfig(**{**VIT, "hidden_act": "mish"}), tmp_path / "mish")
     with pytest.raises(HFError, match="hidden_act='mish'"):
         load_model(f"hf:{tmp_path / 'mish'}")
+    _save(transformers.Dinov2Model, transformers.Dinov2Config(image_size=28, patch_size=7, hidden_size=32, num_hidden_layers=1,
+                                                               num_attention_heads=4, use_swiglu_ffn=True), tmp_path / "swiglu")
+    with pytest.raises(HFError, match="use_swiglu_ffn=True"):
+        load_model(f"hf:{tmp_path / 'swiglu'}")
+    _save(transformers.ViTModel, transformers.ViTConfig(**{**VIT, "patch_size": (8, 4)}), tmp_path / "patch")
+    with pytest.raises(HFError, match=r"patch_size=\[8, 4\]: a non-square patch"):
+        load_model(f"hf:{tmp_path / 'patch'}")
 
 
 def test_pytorch_model_bin_read_weights_only(vit_folder, tmp_path):
