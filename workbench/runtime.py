@@ -30,12 +30,13 @@ if TYPE_CHECKING:
         repeated_augmentation,
         resolve_device,
         soft_target_cross_entropy,
+        workers_for,
     )
 
 #: names served from :mod:`methods.train`, imported on first use
 TRAIN = ("TrainConfig", "TrainHook", "atomic_save_safetensors", "barrier", "cpu_threads", "evaluate", "fit",
          "init_distributed", "is_main", "main_decides", "mixup_cutmix", "repeated_augmentation", "resolve_device",
-         "soft_target_cross_entropy")
+         "soft_target_cross_entropy", "workers_for")
 
 __all__ = ["atomic_path", "atomic_write_text", *TRAIN]
 

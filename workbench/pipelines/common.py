@@ -39,7 +39,7 @@ class TeacherRef:
     """A method's teacher, identified without loading it: a complete teacher run, or a timm name + weights file
     (:func:`workbench.pipelines.teacher.resolve_teacher` makes one)."""
 
-    ref: str  # run id or timm name as given
+    ref: str  # run id, timm name or hf:DIR as given
     tag: str  # short name for the student's run ids: the run id without "teacher-" ("vit-demo"), or the timm name
     model_name: str  # timm architecture
     model_kwargs: dict = field(default_factory=dict)  # timm.create_model kwargs of the architecture
@@ -54,6 +54,8 @@ def load_teacher(t: "TeacherRef", device: str | torch.device = "cpu", *, frozen:
     requires grad (a distillation target). ``frozen=False`` for a copy that becomes the student."""
     if t.run is not None:
         model = load_model(t.run, device=device).model
+    elif t.ref.startswith("hf:"):  # a Hugging Face folder (workbench.hf), converted as it loads
+        model = load_model(t.ref, device=device).model
     else:
         model = create_model(t.model_name, **t.model_kwargs)
         load_weights(model, read_state_dict(t.checkpoint), what=f"teacher checkpoint {t.checkpoint!r}")

@@ -7,7 +7,8 @@ Under the ``paper`` profile a teacher is the paper's backbone by timm name (``--
 ``Mixup`` (mixup / cutmix, label smoothing) as ``fit``'s batch transform with a soft-target cross-entropy,
 timm's ``RepeatAugSampler``, AdamW with the lr scaled by batch / 512, DataLoader workers.
 
-Pretrained weights (``--checkpoint FILE``; nothing is downloaded) initialise the model; the classifier is
+Pretrained weights (``--checkpoint FILE``, or ``hf:DIR``: a Hugging Face folder with its own architecture; nothing is
+downloaded) initialise the model; the classifier is
 re-initialised when the checkpoint's has another number of classes. With ``--epochs 0`` the checkpoint is
 recorded as the teacher run as it is (evaluated on ``val/``, not trained): the usual way to give the
 methods an ImageNet teacher. Otherwise the recipe fine-tunes from it for the given epochs.
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Callable
 from torch.utils.data import Dataset
 
 from methods.teachers import DEMO_TEACHERS
-from workbench.data import scan_image_folder
+from workbench.data import DEMO_CLASSES, scan_image_folder
 from workbench.models import create_model, load_weights, read_state_dict
 from workbench.pipelines import Method, Option, RunRequest, budget, data_tag, get_method, register_method
 from workbench.pipelines.common import RUNTIME_ONLY, TeacherRef, datasets, eval_transform
@@ -178,7 +179,8 @@ def _classes(data: str) -> list[str]:
     return list(train)
 
 
-def _load_pretrained(model, checkpoint: str, log: Callable[[str], None], *, trains: bool = True) -> None:
+def _load_pretrained(model, checkpoint: str, log: Callable[[str], None], *, trains: bool = True,
+                     state: dict | None = None) -> None:
     """Load a checkpoint; a classifier of another class count is left freshly initialised (and said so), and so is a
     first convolution of another shape when the model will be trained (``trains``): ImageNet ResNet-50 weights in
     ``resnet50_cifar``, whose 3×3 stride-1 CIFAR stem replaces the 7×7 one (AttentionLite's paper teacher).
@@ -186,7 +188,7 @@ def _load_pretrained(model, checkpoint: str, log: Callable[[str], None], *, trai
     Raises:
         ValueError: a new stem on a teacher recorded untrained (``--epochs 0``), naming the fix.
     """
-    state = read_state_dict(checkpoint)
+    state = read_state_dict(checkpoint) if state is None else state  # given: an hf:DIR folder's converted weights
     own = model.state_dict()
     pc = model.pretrained_cfg
     head = pc.get("classifier") or ()
@@ -229,6 +231,7 @@ class _Plan:
     images: int | None  # --images: the most training images (None: all)
     arch: str  # --arch, recorded in the manifest (find_teachers)
     log: Callable[[str], None]  # one-line status messages
+    hf_state: dict | None = None  # --checkpoint hf:DIR: the folder's weights converted to timm (None: a file or none)
 
 
 def _train_config(recipe: TeacherBudget, arch: str, device, epochs: int | None, batch_size: int | None) -> TrainConfig:
@@ -299,7 +302,8 @@ def _teacher_body(run: Run, plan: _Plan) -> dict:
     torch.manual_seed(cfg.seed)  # the initialisation: the same whatever ran before in this process
     model = create_model(plan.name, **plan.model_kwargs)
     if plan.checkpoint is not None:
-        _load_pretrained(model, str(Path(plan.checkpoint).expanduser()), plan.log, trains=cfg.epochs > 0)
+        where = plan.checkpoint if plan.hf_state is not None else str(Path(plan.checkpoint).expanduser())
+        _load_pretrained(model, where, plan.log, trains=cfg.epochs > 0, state=plan.hf_state)
     if plan.channels_last:
         model = model.to(memory_format=torch.channels_last)  # the convolutions' weights; activations follow
     pc = model.pretrained_cfg
@@ -358,16 +362,20 @@ def train_teacher(
         ValueError: unknown arch or model, ``--epochs 0`` without a checkpoint, bad data, missing checkpoint.
     """
     recipe = budget("teacher", profile)
-    name = _model_name(recipe, arch, model_name)
+    hf = _hf_checkpoint(checkpoint, model_name)  # --checkpoint hf:DIR: the folder's own architecture and weights
+    name = hf[0].name if hf else _model_name(recipe, arch, model_name)
     cfg = _train_config(recipe, arch, resolve_device(device), epochs, batch_size)
     if cfg.epochs == 0 and checkpoint is None:
         raise ValueError("--epochs 0 records a teacher without training it: pass its weights with --checkpoint FILE")
-    sha = _checkpoint_sha(checkpoint)
+    sha = hf[1].sha256() if hf else _checkpoint_sha(checkpoint)
     data = str(Path(data).expanduser().resolve()) if data is not None else None
     classes = _classes(data) if data is not None else []
-    plan = _Plan(name, {"num_classes": len(classes)} if data is not None else {}, profile, data, cfg, checkpoint,
+    if hf and data is None:  # an HF folder on the demo set: its digits' classes (the demo teachers have them built in)
+        classes = list(DEMO_CLASSES)
+    model_kwargs = {**(hf[0].kwargs if hf else {}), **({"num_classes": len(classes)} if classes else {})}
+    plan = _Plan(name, model_kwargs, profile, data, cfg, checkpoint,
                  recipe.augment if data is not None else None, len(classes), arch in recipe.channels_last, images,
-                 arch, log)
+                 arch, log, hf[0].model.state_dict() if hf else None)
     rid = teacher_run_id(arch, profile, name, data=data, init_sha256=sha)
     if id_suffix is None:  # called from Python with epochs / batch_size: they name the run as the CLI's do
         base = get_method("teacher").budgets[profile].config(arch)
@@ -378,15 +386,26 @@ def train_teacher(
     return ensure_run(rid, _run_config(plan, sha), lambda run: _teacher_body(run, plan), force=force, log=log)
 
 
+def _hf_checkpoint(checkpoint: str | None, model_name: str | None):
+    """``(Converted, HFFolder)`` of ``--checkpoint hf:DIR`` (:mod:`workbench.hf`), else None."""
+    if checkpoint is None or not str(checkpoint).startswith("hf:"):
+        return None
+    if model_name:
+        raise ValueError(f"--checkpoint {checkpoint} brings its own architecture; drop --model {model_name}")
+    from workbench.hf import load_hf
+
+    return load_hf(checkpoint)
+
+
 def _record_checkpoint(run: Run, model, val_set: Dataset, cfg: TrainConfig, train_images: int) -> dict:
     """``--epochs 0``: the checkpoint becomes the run's weights after one evaluation on the held-out set (on
     ``cfg.device``, resolved by :func:`train_teacher`)."""
     from torch.utils.data import DataLoader
 
-    from workbench.runtime import atomic_save_safetensors, evaluate
+    from workbench.runtime import atomic_save_safetensors, evaluate, workers_for
 
     model.to(cfg.device)
-    metrics = evaluate(model, DataLoader(val_set, batch_size=256, num_workers=cfg.num_workers), cfg.device)
+    metrics = evaluate(model, DataLoader(val_set, batch_size=256, num_workers=workers_for(cfg, cfg.device)), cfg.device)
     if is_main():  # under torchrun rank 0 keeps the record
         atomic_save_safetensors(model.state_dict(), run.checkpoint)
     return {**metrics, "epochs": 0, "train_images": train_images, "val_images": len(val_set)}
@@ -428,6 +447,8 @@ def resolve_teacher(teacher: str | Run | None, profile: "str | Profile", *, defa
             teacher = found[0].id
         else:
             teacher = train_teacher(teacher, prof.name, device=device, data=data, log=log).id
+    if teacher.startswith("hf:"):  # a Hugging Face folder, converted to timm (workbench.hf)
+        return _hf_teacher(teacher, checkpoint)
     run = find_run(teacher)
     if run is not None:
         if checkpoint is not None:
@@ -446,6 +467,20 @@ def resolve_teacher(teacher: str | Run | None, profile: "str | Profile", *, defa
         raise ValueError(f"teacher checkpoint {str(path)!r} does not exist")
     sha = sha256_file(path)
     return TeacherRef(teacher, f"{teacher}+ck{sha[:8]}", teacher, {}, str(path), sha)  # the weights are in the id
+
+
+def _hf_teacher(ref: str, checkpoint: str | None) -> TeacherRef:
+    """``hf:DIR`` as a teacher: its timm name and JSON kwargs, the weights' hash in the students' ids."""
+    import re
+
+    from workbench.hf import load_hf
+
+    if checkpoint is not None:
+        raise ValueError(f"teacher {ref!r} is a Hugging Face folder with its own weights; drop --checkpoint")
+    converted, folder = load_hf(ref)
+    sha = folder.sha256()
+    tag = f"hf-{re.sub(r'[^A-Za-z0-9_.-]', '_', folder.path.resolve().name)}+ck{sha[:8]}"
+    return TeacherRef(ref, tag, converted.name, converted.kwargs, None, sha)
 
 
 def _tag(run: Run) -> str:
