@@ -22,19 +22,19 @@ Usage: PYTHONPATH=. python benchmarks/explore.py [--sizes 224 384] [--clicks 20]
 Timings are one run on whatever machine this is: on the shared 2-core development VM they are taken under load from
 other jobs (the load average is printed).
 
-Measured (2-core development VM shared with seven other jobs, load average 16-40, one thread; two copies of this
-script ran at once for most of it, so wall times are several times the CPU times; 20 later clicks):
+Measured 2026-11-26 on the 2-core development VM, one thread, load average 2.2-3.2 (the machine otherwise quiet), 20
+later clicks:
 
     tokens  source             open/build s first click s (CPU s) during bg s bg done s later median ms later max ms KB per click
-       197  live                      14.79        10.045    1.18        2.05     106.2            24.0         71.1         19.8
-       197  stores (118 MiB)           1.85         0.034       -           -         -            26.0         93.7         19.8
-       577  live                      38.59        32.013    7.53        2.29    1669.5            31.9        107.8         50.9
+       197  live                       1.92         1.296    0.86        0.30      13.5             2.5         10.0         19.9
+       197  stores (117 MiB)           0.23         0.004       -           -         -             4.2          5.3         19.9
+       577  live                       2.46         3.195    3.17        0.41      87.3             4.5         11.3         51.0
+       577  stores (975 MiB)           0.25         0.008       -           -         -             6.2          7.1         51.1
 
-``--first-click-only`` alone (load average 16-17): 197 tokens 2.84 s (1.19 s CPU), 577 tokens 15.9 s (7.41 s CPU).
-Per model at 577 tokens (CPU): teacher 0.47 s, FAR 0.83 s (its forward and the clicked query's rows), Non-deep
-0.51 s, Sparsifiner 5.2 s — the ``sparse_attention`` extractor's own-mass summary (``mass_agreement``: an argsort of
-every row) is most of that and the explorer does not show it. Before the lazy FAR the first click was 27 s at 197
-tokens and 168 s at 577 (every query's FAR dependency up front). Later clicks and bytes meet the targets everywhere.
+``--first-click-only`` alone (load average 2.0-2.6): 197 tokens 1.10 s (0.74 s CPU), 577 tokens 4.95 s (3.33 s CPU).
+Every target is met. History: before the lazy FAR rows the first click was 27 s at 197 tokens and 168 s at 577
+(every query's FAR dependency up front); with them, 15.9 s at 577 under load 16 (7.41 s CPU), of which the
+``sparse_attention`` extractor's own-mass summary was ~5.2 s: the live explorer now skips it (it never shows it).
 """
 
 from __future__ import annotations
