@@ -42,8 +42,14 @@ __all__ = ["attention_applies", "attention_names", "branch_groups", "generic_rel
 
 def attention_applies(model: nn.Module) -> str | None:
     """None if the model has one token-to-token attention map per block, else why not."""
-    if any(re.fullmatch(r"layers\.\d+\.blocks\.\d+\.attn\.hook_pattern", n) for n in hook_points(model)):
-        return "windowed attention (Swin) has no token-to-token map of the whole image"
+    if any(re.fullmatch(r"layers\.\d+\.blocks\.\d+\.hook_mixer_in", n) for n in hook_points(model)):
+        return ("windowed attention (Swin, SlimSwin): each token attends within its window and the windows shift "
+                "between blocks, and patch merging changes the grid between stages: no token-to-token map of the whole image "
+                "to read or roll out (use gradcam, attnlrp, cp_lrp, ig or saliency)")
+    points = hook_points(model)
+    if getattr(model, "patch_embed", None) is None and any(n.endswith("attn.hook_pattern") for n in points):
+        return ("local self-attention (SA-ResNet): each pixel attends to its own k x k neighbourhood, so there is no "
+                "token-to-token map of the whole image to read or roll out (use gradcam, lrp, ig or saliency)")
     if getattr(model, "patch_embed", None) is None or getattr(model, "blocks", None) is None:
         return ("attention explanations need a token model (patch_embed + blocks); a CNN has no tokens "
                 "(use gradcam on its last stage, ig or saliency)")

@@ -11,7 +11,8 @@ lxt's own "efficient" form (Achtibat et al., ICML 2024, §3.3 and App. A): the r
   is LRP-ε with ε → 0 (LRP-0); biases absorb their share of the relevance;
 - **LayerNorm** (AttnLRP Prop. 3.4 / lxt's ``layer_norm_forward``): the standard deviation is a constant;
 - **element-wise non-linearities** (GELU, SiLU): the identity rule (relevance passes through, Eq. 9);
-- **products of two input-dependent tensors** (``q @ kᵀ``, ``A @ v``): the uniform rule (each factor gets half,
+- **products of two input-dependent tensors** (``matmul``, ``bmm``, ``baddbmm``, ``mul``, AttentionLite's
+  ``neighbour_dot`` / ``neighbour_mix``: ``q @ kᵀ``, ``A @ v``): the uniform rule (each factor gets half,
   Eq. 7);
 - **softmax**: AttnLRP's rule (Prop. 3.3) is Gradient × Input of the softmax itself, so autograd is kept; its bias
   term ``s − J x`` absorbs relevance, which :class:`LRPRules` records (``absorbed``) so that conservation can be
@@ -123,8 +124,8 @@ class LRPRules(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name = getattr(func, "__name__", "")
-        rule = getattr(self, f"_rule_{name.strip('_')}", None)
+        name = getattr(func, "__name__", "").removesuffix(".default").strip("_")  # custom ops: "name.default"
+        rule = getattr(self, f"_rule_{name}", None)
         return rule(func, *args, **kwargs) if rule is not None else func(*args, **kwargs)
 
     # ------------------------------------------------------------------------------------ rules, by function
@@ -146,7 +147,11 @@ class LRPRules(TorchFunctionMode):
         both = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.requires_grad and b.requires_grad
         return _Scale.apply(out, 0.5) if both else out  # the uniform rule: each factor gets half
 
-    _rule_matmul = _rule_bmm = _product
+    _rule_matmul = _rule_bmm = _rule_mul = _product
+    _rule_neighbour_dot = _rule_neighbour_mix = _product  # AttentionLite's local q·k and a·v (custom ops)
+
+    def _rule_baddbmm(self, func, inp, b1, b2, *, beta=1, alpha=1):
+        return inp * beta + alpha * self._product(torch.bmm, b1, b2)
 
     def _rule_softmax(self, func, x, *args, **kwargs):
         s = func(x, *args, **kwargs)
