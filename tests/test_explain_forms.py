@@ -28,7 +28,7 @@ EXPECTED = {
     "vit": (ATTENTION | EVERY, ""),
     "far": (EVERY, "no attention probabilities"),
     "sparsifiner": (ATTENTION | EVERY, ""),
-    "branched": (ATTENTION - {"legrad"} | EVERY, "LeGrad needs every block's output"),
+    "branched": (ATTENTION | EVERY, ""),
     "collapsed": (ATTENTION | EVERY, ""),
     "swin": (EVERY, "windowed attention"),
     "slimswin": (EVERY, "windowed attention"),
@@ -162,7 +162,7 @@ def test_lrp_of_a_relu_cnn_is_gradient_times_input():
 
 
 # ------------------------------------------------------------------------------------------ exact forms agree
-EXACT = ["raw_attention", "rollout", "generic_attention", "gradcam", "saliency", "ig", "attnlrp", "cp_lrp"]
+EXACT = ["raw_attention", "rollout", "generic_attention", "legrad", "gradcam", "saliency", "ig", "attnlrp", "cp_lrp"]
 
 
 def test_collapsed_nondeep_explains_as_its_branched_form():
@@ -199,7 +199,15 @@ def test_pruned_slimswin_heads_contribute_nothing():
     assert not np.allclose(a["relevance"].values, c["relevance"].values, rtol=1e-3)
 
 
-def test_applicability_names_a_reason_for_every_form():
-    for form in EXPECTED:
-        table = applicability(_form(form))
-        assert all(why is None or len(why) > 20 for why in table.values())
+def test_the_readme_holds_the_generated_applicability_table():
+    """The README's table is ``python -m workbench.explain.table``'s output, not a hand-kept copy."""
+    from pathlib import Path
+
+    from workbench.explain.table import FORMS, form, markdown
+
+    tables = {title: applicability(form(title)) for title in FORMS}
+    assert all(why is None or len(why) > 20 for t in tables.values() for why in t.values())
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    start = readme.index("<!-- applicability table: python -m workbench.explain.table -->\n")
+    end = readme.index("<!-- end of the applicability table -->")
+    assert readme[start:end].split("\n", 1)[1] == markdown(tables), "run python -m workbench.explain.table"

@@ -49,15 +49,15 @@ def attention_applies(model: nn.Module) -> str | None:
     points = hook_points(model)
     if getattr(model, "patch_embed", None) is None and any(n.endswith("attn.hook_pattern") for n in points):
         return ("local self-attention (SA-ResNet): each pixel attends to its own k x k neighbourhood, so there is no "
-                "token-to-token map of the whole image to read or roll out (use gradcam, lrp, ig or saliency)")
+                "token-to-token map of the whole image to read or roll out (use gradcam, attnlrp, cp_lrp, ig or saliency)")
     if getattr(model, "patch_embed", None) is None or getattr(model, "blocks", None) is None:
         return ("attention explanations need a token model (patch_embed + blocks); a CNN has no tokens "
-                "(use gradcam on its last stage, ig or saliency)")
+                "(use gradcam on its last stage, attnlrp, cp_lrp, ig or saliency)")
     try:
         points = attention_points(model, "vit")
     except ValueError:
         return ("the token mixer has no attention probabilities (no blocks.{i}.attn.hook_pattern; e.g. FAR's "
-                "BiLSTM): gradient methods (gradcam, ig, saliency) apply")
+                "BiLSTM): gradcam, ig, saliency and LRP (attnlrp, cp_lrp: Arras et al.'s LSTM rules) apply")
     if len({p.layer for p in points}) != len(model.blocks):
         return (f"{len(points)} of {len(model.blocks)} blocks have attention probabilities; "
                 "the rules propagate through every block")
