@@ -41,33 +41,13 @@ GRID = {"vit": 7, "far": 7, "sparsifiner": 7, "branched": 7, "collapsed": 7, "sw
         "slimswin_pruned": 16, "cnn": 4, "sa_resnet": 6}
 
 
-def _masks(model: nn.Module) -> list[torch.Tensor]:
-    """Every layer's window-head pairs, about a third pruned (seeded), at least one pair kept per layer."""
-    from methods.slimswin import get_masks
-
-    g = torch.Generator().manual_seed(5)
-    out = []
-    for m in get_masks(model):
-        keep = torch.rand(m.shape, generator=g) > 0.35
-        keep.view(-1)[0] = True
-        out.append(keep)
-    return out
-
-
 @functools.cache
 def _form(name: str, dtype: torch.dtype = torch.float32) -> nn.Module:
     import timm
 
-    from methods.nondeep import collapse
-    from methods.slimswin import add_gates, set_mask, to_pruned
-
     torch.manual_seed(0)
-    if name == "collapsed":
-        model = collapse(_form("branched", torch.float64), form="concat")
-    elif name in ("slimswin", "slimswin_pruned"):
-        model = add_gates(examples.swin())
-        set_mask(model, _masks(model))
-        model = to_pruned(model.eval()) if name == "slimswin_pruned" else model
+    if name == "slimswin_pruned":
+        model = examples.slimswin(pruned=True)
     elif name == "cnn":
         model = timm.create_model("cnn_demo")
     else:
@@ -168,7 +148,10 @@ EXACT = ["raw_attention", "rollout", "generic_attention", "legrad", "gradcam", "
 def test_collapsed_nondeep_explains_as_its_branched_form():
     """The collapse is exact, so are these explanations (float64); Chefer's LRP is not among them: its α1β0 rule
     reads the signs of the weights, which the collapse sums."""
-    branched, collapsed = _form("branched", torch.float64), _form("collapsed", torch.float64)
+    from methods.nondeep import collapse
+
+    branched = _form("branched", torch.float64)
+    collapsed = collapse(branched, form="concat").eval()  # in float64
     x = _x("branched", 2, torch.float64)
     a = attribute(branched, x, method=EXACT, target=[2, 5], n_steps=8)
     b = attribute(collapsed, x, method=EXACT, target=[2, 5], n_steps=8)
@@ -185,13 +168,13 @@ def test_collapsed_nondeep_explains_as_its_branched_form():
 def test_pruned_slimswin_heads_contribute_nothing():
     """A gated Swin with pruned window-head pairs and its physically pruned form (which never computes them) give
     the same explanations (float64); the masks matter (the unpruned Swin's differ)."""
-    from methods.slimswin import add_gates, set_mask, to_pruned
+    from methods.slimswin import get_masks, set_mask, to_pruned
 
     torch.manual_seed(0)
-    full = add_gates(examples.swin()).double().eval()
-    gated = add_gates(examples.swin()).double().eval()
-    gated.load_state_dict(full.state_dict())
-    set_mask(gated, _masks(gated))
+    gated = examples.slimswin().double()
+    full = examples.slimswin().double()
+    full.load_state_dict(gated.state_dict())
+    set_mask(full, [torch.ones_like(m) for m in get_masks(full)])
     pruned = to_pruned(gated).eval()
     x, names = _x("swin", 2, torch.float64), ["saliency", "attnlrp", "cp_lrp", "gradcam"]
     a, b, c = (attribute(m, x, method=names, target=[1, 2]) for m in (gated, pruned, full))

@@ -25,33 +25,11 @@ def _timm(name: str) -> nn.Module:
     return timm.create_model(name)
 
 
-def _collapsed() -> nn.Module:
-    from methods.nondeep import collapse
-    from workbench.analysis import examples
-
-    return collapse(examples.branched().double(), form="concat").float()
-
-
-def _slimswin(pruned: bool) -> nn.Module:
-    from methods.slimswin import add_gates, get_masks, set_mask, to_pruned
-    from workbench.analysis import examples
-
-    model = add_gates(examples.swin()).eval()
-    g = torch.Generator().manual_seed(5)
-    masks = []
-    for m in get_masks(model):  # about a third of the window-head pairs pruned, one pair always kept
-        keep = torch.rand(m.shape, generator=g) > 0.35
-        keep.view(-1)[0] = True
-        masks.append(keep)
-    set_mask(model, masks)
-    return to_pruned(model) if pruned else model
-
-
-def _example(name: str) -> Callable[[], nn.Module]:
+def _example(name: str, **kwargs) -> Callable[[], nn.Module]:
     def build() -> nn.Module:
         from workbench.analysis import examples
 
-        return getattr(examples, name)()
+        return getattr(examples, name)(**kwargs)
 
     return build
 
@@ -62,10 +40,10 @@ FORMS: dict[str, Callable[[], nn.Module]] = {
     "FAR": _example("far"),
     "Sparsifiner": _example("sparsifiner"),
     "Non-deep branched": _example("branched"),
-    "Non-deep collapsed": _collapsed,
+    "Non-deep collapsed": _example("collapsed"),
     "Swin teacher": _example("swin"),
-    "SlimSwin (gated)": lambda: _slimswin(False),
-    "SlimSwin (pruned)": lambda: _slimswin(True),
+    "SlimSwin (gated)": _example("slimswin"),
+    "SlimSwin (pruned)": _example("slimswin", pruned=True),
     "CNN teacher": lambda: _timm("cnn_demo"),
     "SA-ResNet": _example("sa_resnet"),
 }
