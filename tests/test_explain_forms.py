@@ -194,3 +194,19 @@ def test_the_readme_holds_the_generated_applicability_table():
     start = readme.index("<!-- applicability table: python -m workbench.explain.table -->\n")
     end = readme.index("<!-- end of the applicability table -->")
     assert readme[start:end].split("\n", 1)[1] == markdown(tables), "run python -m workbench.explain.table"
+
+
+def test_alpha1beta0_is_chefers_eq4_on_a_linear_layer():
+    """R_j = Σ_k (x_j w_kj)⁺ / Σ_j' (x_j' w_kj')⁺ · R_k by hand, R_k = z_k (ones as the output's gradient)."""
+    from workbench.explain.lrp_rules import LRPRules
+
+    g = torch.Generator().manual_seed(8)
+    x, w, b = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((3, 5), (4, 5), (4,)))
+    xg = x.clone().requires_grad_(True)
+    with LRPRules("attnlrp", "alpha1beta0"):
+        z = torch.nn.functional.linear(xg, w, b)  # (3, 4), the bias's share passed on too (Chefer's rule)
+    (grad,) = torch.autograd.grad(z, xg, torch.ones_like(z))
+    contrib = (x[:, None, :] * w[None]).clamp(min=0)  # (3, 4, 5): (x_j w_kj)⁺
+    ref = (contrib / contrib.sum(-1, keepdim=True) * z.detach()[..., None]).sum(1)  # (3, 5)
+    torch.testing.assert_close(x * grad, ref, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close((x * grad).sum(1), z.detach().sum(1))  # conservative
