@@ -41,6 +41,15 @@ GRID = {"vit": 7, "far": 7, "sparsifiner": 7, "branched": 7, "collapsed": 7, "sw
         "slimswin_pruned": 16, "cnn": 4, "sa_resnet": 6}
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Smoke-sized models gain nothing from threads; on a shared machine extra threads only spin (4 min -> 30 s)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @functools.cache
 def _form(name: str, dtype: torch.dtype = torch.float32) -> nn.Module:
     import timm
