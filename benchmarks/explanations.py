@@ -18,6 +18,7 @@ Printed: seconds per batch, images per second, and the ratio to ``forward + back
 generic attention method, AttnLRP and Grad-CAM within 3x). Run::
 
     PYTHONPATH=. python benchmarks/explanations.py [--batch 8] [--threads 1] [--repeats 3] [--ig-steps 50]
+        [--only attnlrp,cp_lrp,chefer_lrp] [--skip ig]
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ig-steps", type=int, default=50)
     parser.add_argument("--skip", default="", help="comma-separated explainers not to time")
+    parser.add_argument("--only", default="", help="comma-separated explainers to time (default: every one that applies)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -88,7 +90,8 @@ def main() -> None:
     cases: dict[str, Callable[[], object]] = {"forward + backward": forward_backward,
                                                   "forward + input grad": forward_input_grad, "forward": forward}
     skip = {s for s in args.skip.split(",") if s}
-    names = [n for n, why in applicability(model).items() if why is None and n not in skip]
+    only = {s for s in args.only.split(",") if s}
+    names = [n for n, why in applicability(model).items() if why is None and n not in skip and (not only or n in only)]
     for n in names:
         cases[n] = lambda n=n: attribute(model, x, method=n, target=target, batch_size=args.batch,
                                          **({"n_steps": args.ig_steps} if n == "ig" else {}))

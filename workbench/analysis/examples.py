@@ -7,7 +7,7 @@ fresh eval-mode model with whatever torch's random state is (the tests seed it).
 
 from __future__ import annotations
 
-__all__ = ["vit", "swin", "far", "sparsifiner", "branched", "sa_resnet"]
+__all__ = ["vit", "swin", "far", "sparsifiner", "branched", "collapsed", "slimswin", "sa_resnet"]
 
 
 def _timm(name: str, **kwargs):
@@ -53,6 +53,31 @@ def branched():
     model = nd.branch(_timm("vit_demo"), 2)
     nd.set_lambda(model, 1.0)
     return model.eval()
+
+
+def collapsed():
+    """The exact collapse (form "concat": a plain timm ViT) of :func:`branched`, computed in float64."""
+    from methods.nondeep import collapse
+
+    return collapse(branched().double(), form="concat").float().eval()
+
+
+def slimswin(pruned: bool = False):
+    """The gated demo Swin with about a third of its window-head pairs pruned (seeded; one pair always kept per
+    layer); ``pruned``: its physically pruned form (the pruned pairs never computed)."""
+    import torch
+
+    from methods.slimswin import add_gates, get_masks, set_mask, to_pruned
+
+    model = add_gates(swin()).eval()
+    g = torch.Generator().manual_seed(5)
+    masks = []
+    for m in get_masks(model):  # (windows, heads) bool per layer
+        keep = torch.rand(m.shape, generator=g) > 0.35
+        keep.view(-1)[0] = True
+        masks.append(keep)
+    set_mask(model, masks)
+    return to_pruned(model).eval() if pruned else model
 
 
 def sa_resnet():

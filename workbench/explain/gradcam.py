@@ -5,7 +5,12 @@ of tokens to a grid:
 
 - a token model (ViT teacher, FAR, Sparsifiner, Non-deep): the last block's ``hook_mixer_in`` (its LN1 output, the
   layer ``grad-cam``'s own ViT recipe hooks), tokens ``(B, T, D)`` -> prefix tokens dropped -> ``(B, D, gh, gw)``;
+- a Swin (the Swin teacher, SlimSwin): the last block's ``layers.{s}.blocks.{j}.hook_mixer_in``, ``(B, h, w, C)`` ->
+  ``(B, C, h, w)`` (the last stage's grid, after the shifts are undone: timm's block norms before partitioning);
 - a CNN (the CNN teacher, AttentionLite's SA-ResNets): the last ``stages.{i}.hook_out``, ``(B, C, gh, gw)`` as is.
+
+A layer whose grid is coarser than the model's patch grid (Swin's last stage) gives a patch map by nearest
+upsampling (each cell's value repeated over the patches it covers).
 
 The patch map is the package's CAM before its rescaling, ReLU(Σ_c w_c A_c) with w_c the spatial mean of the
 gradient; the pixel map is the package's own output (its bilinear ``cv2.resize`` to the image, min–max scaled to
@@ -19,21 +24,26 @@ import re
 import numpy as np
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from einops import rearrange
 
 from methods.devices import differentiable
 from methods.hooks import Site, hook_points
-from workbench.explain.grids import last_stage, token_layout
+from workbench.explain.grids import last_stage, model_grid, token_layout
 from workbench.explain.registry import Maps, explainer
 
 __all__ = ["gradcam_layer", "gradcam_applies", "token_reshape"]
 
 _MIXER_IN = re.compile(r"^blocks\.(\d+)\.hook_mixer_in$")
+_SWIN_MIXER_IN = re.compile(r"^layers\.(\d+)\.blocks\.(\d+)\.hook_mixer_in$")
 
 
 def gradcam_layer(model: nn.Module) -> tuple[str, Site] | None:
     """The hook point Grad-CAM reads (module docstring), or None."""
     points = hook_points(model)
+    swin = sorted(((int(m.group(1)), int(m.group(2))), n) for n in points if (m := _SWIN_MIXER_IN.match(n)))
+    if swin:
+        return swin[-1][1], points[swin[-1][1]]
     if getattr(model, "patch_embed", None) is not None:
         blocks = sorted((int(m.group(1)), n) for n in points if (m := _MIXER_IN.match(n)))
         return (blocks[-1][1], points[blocks[-1][1]]) if blocks else None
@@ -45,8 +55,8 @@ def gradcam_applies(model: nn.Module) -> str | None:
     """None if Grad-CAM has a layer to read in ``model``, else why not."""
     found = gradcam_layer(model)
     if found is None:
-        return ("Grad-CAM needs blocks.{i}.hook_mixer_in (a token model) or stages.{i}.hook_out (a CNN); "
-                "windowed token grids (Swin) are still to come")
+        return ("Grad-CAM needs blocks.{i}.hook_mixer_in (a token model), layers.{s}.blocks.{j}.hook_mixer_in "
+                "(a Swin) or stages.{i}.hook_out (a CNN)")
     name, site = found
     if site.io != "output" or site.flags:
         return f"Grad-CAM hooks a module's output; {name} is a module's input"
@@ -68,9 +78,12 @@ def gradcam(model: nn.Module, images: torch.Tensor, target: torch.Tensor) -> Map
     from pytorch_grad_cam import GradCAM
     from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 
-    _, site = gradcam_layer(model)
+    name, site = gradcam_layer(model)
     reshape = None
-    if getattr(model, "patch_embed", None) is not None:
+    if _SWIN_MIXER_IN.match(name):
+        def reshape(tokens: torch.Tensor) -> torch.Tensor:
+            return rearrange(tokens, "b y x d -> b d y x")  # (B, h, w, C) -> (B, C, h, w)
+    elif getattr(model, "patch_embed", None) is not None:
         layout = token_layout(model, tuple(images.shape[-2:]))
         reshape = token_reshape(layout.num_prefix, layout.grid)
     targets = [ClassifierOutputTarget(int(t)) for t in target]
@@ -92,5 +105,8 @@ def gradcam(model: nn.Module, images: torch.Tensor, target: torch.Tensor) -> Map
             p.requires_grad_(True)
         for p, g in saved.items():
             p.grad = g
-    patch = torch.from_numpy(np.maximum(raw, 0)).to(images.device)
+    patch = torch.from_numpy(np.maximum(raw, 0)).to(images.device)  # (B, h, w) on the layer's grid
+    grid = model_grid(model, images)
+    if tuple(patch.shape[-2:]) != grid:
+        patch = F.interpolate(patch[:, None], size=grid, mode="nearest")[:, 0]  # (B, gh, gw)
     return Maps(patch=patch, pixel=torch.from_numpy(pixel).to(images.device))

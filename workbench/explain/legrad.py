@@ -10,15 +10,19 @@ for every block l, the block's output tokens go through the model's own final no
 ``model.norm`` and ``model.forward_head``: the same pooling as the real output), giving a class score s^l_t; its
 gradient with respect to the block's attention probabilities A_l (``blocks.{l}.attn.hook_pattern``) is ReLU-ed and
 averaged over heads and query tokens; the prefix keys are dropped and the patch maps averaged over the blocks.
+A Non-deep block's branches are read as its exact collapse (:mod:`workbench.explain.attention`): joined branches'
+gradients summed before the ReLU, unjoined ones as extra heads; the block output is the block's.
 """
 
 from __future__ import annotations
+
+import re
 
 import torch
 import torch.nn as nn
 
 from methods.hooks import hook_points, run_with_cache
-from workbench.explain.attention import attention_applies, attention_names
+from workbench.explain.attention import attention_applies, attention_names, branch_groups, heads
 from workbench.explain.grids import token_layout
 from workbench.explain.registry import Maps, explainer
 
@@ -38,7 +42,9 @@ def legrad_applies(model: nn.Module) -> str | None:
 
 
 def _posts(attn_names: list[str]) -> list[str]:
-    return [n.replace("attn.hook_pattern", "hook_resid_post") for n in attn_names]
+    """Each block's output hook point, once per block (a Non-deep block's branches share their block's)."""
+    posts = [re.sub(r"(\.branches\.\d+)?\.attn\.hook_pattern$", ".hook_resid_post", n) for n in attn_names]
+    return list(dict.fromkeys(posts))
 
 
 @explainer("legrad", applies=legrad_applies, paper="Bousselham et al., 2024 (torchcam's rule on timm hook points)")
@@ -51,9 +57,12 @@ def legrad(model: nn.Module, images: torch.Tensor, target: torch.Tensor) -> Maps
     maps = []
     with torch.enable_grad():
         _, cache = run_with_cache(model, x, names=names + posts, detach=False)
-        for i, (a, p) in enumerate(zip(names, posts)):
+        blocks = branch_groups(model, [cache[n] for n in names])  # per block, its branches' (B, heads, T, T)
+        joined = [all(torch.equal(g[0], gi) for gi in g[1:]) for g in blocks]
+        for i, (group, p) in enumerate(zip(blocks, posts)):
             s = model.forward_head(model.norm(cache[p])).gather(1, target.view(-1, 1)).sum()  # s^l_t over the batch
-            g = torch.autograd.grad(s, cache[a], retain_graph=i < len(names) - 1)[0]  # (B, heads, T, T)
+            gs = torch.autograd.grad(s, group, retain_graph=i < len(posts) - 1)  # each (B, heads, T, T)
+            g = torch.stack(gs).sum(0) if joined[i] else heads(list(gs))  # joined: the collapsed head's gradient
             maps.append(g.clamp(min=0).mean(dim=(1, 2))[:, layout.num_prefix:].double())  # (B, patches)
     patch = torch.stack(maps).mean(0).reshape(-1, *layout.grid)  # (B, gh, gw), patches row-major
     return Maps(patch=patch)
