@@ -251,18 +251,13 @@ def test_cli_analyze_refuses_bad_folder_and_writes_nothing(vit_folder, tmp_path)
     assert rc != 0 and not out.exists() and not list(tmp_path.glob("att*"))
 
 
-@pytest.mark.integration
-def test_hf_vit_teaches_far_then_analyze_attention(tmp_path):
-    """An HF ViT folder as FAR's and Sparsifiner's teacher on the smoke profile (its timm name, kwargs and weight hash recorded; the
-    student built from them), then ``workbench analyze attention --model hf:DIR`` equal to HF's eager maps."""
-    import xarray as xr
-
-    from workbench.cli import main
-    from workbench.data import load_images
+@pytest.fixture(scope="module")
+def hf_vit_runs(tmp_path_factory):
+    """An HF ViT folder (1-channel 28x28, the demo digits' preprocessing) as the teacher of a FAR and a Sparsifiner
+    run on the smoke profile: (folder, FAR's pruned run, Sparsifiner's run), shared by the end-to-end tests below."""
     from workbench.pipelines import run_method
-    from workbench.runs import open_run
 
-    folder = tmp_path / "vit"
+    folder = tmp_path_factory.mktemp("hf") / "vit"
     cfg = transformers.ViTConfig(image_size=28, patch_size=4, num_channels=1, hidden_size=32, num_hidden_layers=2,
                                  num_attention_heads=4, intermediate_size=64, num_labels=10)
     _save(transformers.ViTForImageClassification, cfg, folder)
@@ -270,24 +265,96 @@ def test_hf_vit_teaches_far_then_analyze_attention(tmp_path):
         "image_processor_type": "ViTImageProcessor", "size": {"height": 28, "width": 28}, "resample": 2,
         "rescale_factor": 1 / 255, "image_mean": [0.1307], "image_std": [0.3081]}))
     pruned = run_method("far", f"hf:{folder}", "smoke", device="cpu", log=lambda *_: None)
+    sparsifiner = run_method("sparsifiner", f"hf:{folder}", "smoke", device="cpu", log=lambda *_: None, keep_rate=0.25)
+    return folder, pruned, sparsifiner
+
+
+def _eager_attention(folder, x):
+    """HF's own ``output_attentions`` on the eager path: (B, layer, head, q, k)."""
+    eager = transformers.ViTForImageClassification.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.no_grad():
+        return torch.stack(eager(pixel_values=x, output_attentions=True).attentions, dim=1).numpy()
+
+
+@pytest.mark.integration
+def test_hf_vit_teaches_far_and_sparsifiner(hf_vit_runs):
+    """The teacher recorded by its timm name, kwargs and weight hash; the students built from them."""
+    from workbench.cli import main
+    from workbench.runs import open_run
+
+    folder, pruned, sparsifiner = hf_vit_runs
     far = open_run(pruned.config["source_run"])
     assert far.config["teacher"]["ref"] == f"hf:{folder}" and far.config["teacher"]["model_name"] == "hf_vit"
     assert far.config["teacher"]["model_kwargs"]["data"]["mean"] == [0.1307] and pruned.status == "complete"
     assert load_model(pruned.id).input_size == (1, 28, 28)  # the student keeps the folder's preprocessing
     assert main(["run", "far", "--teacher", f"hf:{folder}", "--profile", "smoke", "--device", "cpu"]) == 0  # reused
     assert main(["run", "far", "--teacher", f"hf:{folder}", "--checkpoint", "w.safetensors", "--profile", "smoke"]) == 2
-    sparsifiner = run_method("sparsifiner", f"hf:{folder}", "smoke", device="cpu", log=lambda *_: None, keep_rate=0.25)
     assert sparsifiner.status == "complete" and sparsifiner.config["teacher"]["model_name"] == "hf_vit"
 
-    out = tmp_path / "att.nc"
-    assert main(["analyze", "attention", "--model", f"hf:{folder}", "--images", "demo:val[:3]", "--out", str(out)]) == 0
+
+@pytest.mark.integration
+def test_compare_hf_teacher_with_its_students(hf_vit_runs, tmp_path, capsys):
+    """``workbench compare --teacher hf:DIR``: the teacher's row is the HF model's (its predictions are HF's)."""
+    import xarray as xr
+
+    from workbench.cli import main
+    from workbench.data import load_images
+
+    folder, pruned, sparsifiner = hf_vit_runs
+    out = tmp_path / "cmp.nc"
+    assert main(["compare", "--teacher", f"hf:{folder}", "--student", f"FAR={pruned.id}", "--student",
+                 f"Sparsifiner={sparsifiner.id}", "--images", "demo:val[15::100]", "--parts", "cka,maps,predictions",
+                 "--out", str(out), "--device", "cpu"]) == 0
     ds = xr.open_dataset(out)
-    assert ds.attrs["model_name"] == f"hf:{folder}"
-    x = load_images("demo:val[:3]", input_size=(1, 28, 28), mean=(0.1307,), std=(0.3081,)).tensor
-    eager = transformers.ViTForImageClassification.from_pretrained(folder, attn_implementation="eager").eval()
+    assert json.loads(ds.attrs["models"])["teacher"]["name"] == f"hf:{folder.resolve()}"
+    assert list(ds["model"].values) == ["teacher", "FAR", "Sparsifiner"]
+    x = load_images("demo:val[15::100]", input_size=(1, 28, 28), mean=(0.1307,), std=(0.3081,)).tensor
+    hf = transformers.ViTForImageClassification.from_pretrained(folder).eval()
     with torch.no_grad():
-        want = torch.stack(eager(pixel_values=x, output_attentions=True).attentions, dim=1)  # (B, layer, head, q, k)
-    np.testing.assert_allclose(ds["attention"].values, want.numpy(), atol=1e-5, rtol=0)
+        want = hf(pixel_values=x).logits.argmax(-1).numpy()
+    pred = [v for v in ds.data_vars if "pred" in v]
+    assert pred, list(ds.data_vars)
+    np.testing.assert_array_equal(ds[pred[0]].sel(model="teacher").values, want)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("native", [False, True])
+def test_analyze_attention_of_hf_folder_equals_hf_eager(hf_vit_runs, tmp_path, native):
+    """``workbench analyze attention --model hf:DIR [--native]``: the converted model's maps, and the HF model's own
+    (run by transformers, hooked), each equal to HF's ``output_attentions`` on the eager path."""
+    import xarray as xr
+
+    from workbench.cli import main
+    from workbench.data import load_images
+
+    folder = hf_vit_runs[0]
+    out = tmp_path / "att.nc"
+    assert main(["analyze", "attention", "--model", f"hf:{folder}", "--images", "demo:val[:3]", "--out", str(out),
+                 "--device", "cpu"] + ["--native"] * native) == 0
+    ds = xr.open_dataset(out)
+    assert ds.attrs["model_name"].startswith(f"hf:{folder.resolve()}") and ds.attrs["model_name"].endswith("#native") == native
+    x = load_images("demo:val[:3]", input_size=(1, 28, 28), mean=(0.1307,), std=(0.3081,)).tensor
+    np.testing.assert_allclose(ds["attention"].values, _eager_attention(folder, x), atol=1e-5, rtol=0)
+    assert list(ds["query_kind"].values[:2]) == ["cls", "patch"] and ds.sizes["y"] == ds.sizes["x"] == 7
+
+
+@pytest.mark.integration
+def test_explore_hf_folder_and_transformers_object(hf_vit_runs):
+    """``explore(...)`` takes ``hf:DIR`` (converted), a transformers model object (converted, not wrapped raw) and
+    the native model: the three give one clicked token's maps equal to HF's eager attention."""
+    from workbench.data import load_images
+    from workbench.explore import explore
+
+    folder, pruned, _ = hf_vit_runs
+    hf = transformers.ViTForImageClassification.from_pretrained(folder).eval()
+    w = explore(f"hf:{folder}", {"FAR": pruned.id, "object": hf, "native": load_model(f"hf:{folder}", native=True)},
+                "demo:val[:2]")
+    view = w.state.view()
+    maps = {p["label"]: np.asarray(p["map"]) for p in view["panels"]}
+    assert set(maps) == {"teacher", "FAR", "object", "native"}
+    np.testing.assert_allclose(maps["object"], maps["teacher"], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(maps["native"], maps["teacher"], atol=1e-5, rtol=0)
+    assert float(np.nanmax(maps["teacher"])) > 0
 
 
 @pytest.mark.parametrize("name", ["vit", "deit", "dinov2-reg", "swin"])
