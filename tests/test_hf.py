@@ -303,12 +303,12 @@ def test_compare_hf_teacher_with_its_students(hf_vit_runs, tmp_path, capsys):
     folder, pruned, sparsifiner = hf_vit_runs
     out = tmp_path / "cmp.nc"
     assert main(["compare", "--teacher", f"hf:{folder}", "--student", f"FAR={pruned.id}", "--student",
-                 f"Sparsifiner={sparsifiner.id}", "--images", "demo:val[15::100]", "--parts", "cka,maps,predictions",
+                 f"Sparsifiner={sparsifiner.id}", "--images", "demo:val[15::200]", "--parts", "predictions",
                  "--out", str(out), "--device", "cpu"]) == 0
     ds = xr.open_dataset(out)
     assert json.loads(ds.attrs["models"])["teacher"]["name"] == f"hf:{folder.resolve()}"
     assert list(ds["model"].values) == ["teacher", "FAR", "Sparsifiner"]
-    x = load_images("demo:val[15::100]", input_size=(1, 28, 28), mean=(0.1307,), std=(0.3081,)).tensor
+    x = load_images("demo:val[15::200]", input_size=(1, 28, 28), mean=(0.1307,), std=(0.3081,)).tensor
     hf = transformers.ViTForImageClassification.from_pretrained(folder).eval()
     with torch.no_grad():
         want = hf(pixel_values=x).logits.argmax(-1).numpy()
@@ -341,17 +341,15 @@ def test_analyze_attention_of_hf_folder_equals_hf_eager(hf_vit_runs, tmp_path, n
 @pytest.mark.integration
 def test_explore_hf_folder_and_transformers_object(hf_vit_runs):
     """``explore(...)`` takes ``hf:DIR`` (converted), a transformers model object (converted, not wrapped raw) and
-    the native model: the three give one clicked token's maps equal to HF's eager attention."""
-    from workbench.data import load_images
+    the native model: the three panels of one clicked token equal (those of hf:DIR equal HF's eager maps, above)."""
     from workbench.explore import explore
 
-    folder, pruned, _ = hf_vit_runs
+    folder = hf_vit_runs[0]
     hf = transformers.ViTForImageClassification.from_pretrained(folder).eval()
-    w = explore(f"hf:{folder}", {"FAR": pruned.id, "object": hf, "native": load_model(f"hf:{folder}", native=True)},
-                "demo:val[:2]")
+    w = explore(f"hf:{folder}", {"object": hf, "native": load_model(f"hf:{folder}", native=True)}, "demo:val[:1]")
     view = w.state.view()
     maps = {p["label"]: np.asarray(p["map"]) for p in view["panels"]}
-    assert set(maps) == {"teacher", "FAR", "object", "native"}
+    assert set(maps) == {"teacher", "object", "native"}
     np.testing.assert_allclose(maps["object"], maps["teacher"], atol=1e-5, rtol=0)
     np.testing.assert_allclose(maps["native"], maps["teacher"], atol=1e-5, rtol=0)
     assert float(np.nanmax(maps["teacher"])) > 0
@@ -479,3 +477,51 @@ def test_train_teacher_from_hf_deit_on_other_classes(tmp_path):
     run = train_teacher("vit", "smoke", checkpoint=f"hf:{folder}", epochs=1, device="cpu", log=said.append)
     assert run.status == "complete" and any("classifier" in s and "re-initialised" in s for s in said)
     assert load_model(run.id).model.head_dist.out_features == 10  # the demo set's classes
+
+
+def test_cli_run_with_bad_hf_teacher_exits_2_and_writes_nothing(vit_folder, tmp_path, monkeypatch, capsys):
+    """``workbench run far --teacher hf:DIR`` with a truncated weights file, and with a hub name that is no folder:
+    exit 2, the problem and the fix on stderr, no run directory and no store."""
+    from workbench.cli import main
+    from workbench.runs import home
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
+    f = vit_folder / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:100])
+    assert main(["run", "far", "--teacher", f"hf:{vit_folder}", "--profile", "smoke", "--device", "cpu"]) == 2
+    assert "not a readable safetensors" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "sparsifiner", "--teacher", "hf:facebook/deit-small-patch16-224", "--keep-rate", "0.25",
+                 "--profile", "smoke"]) == 2
+    assert "huggingface-cli download facebook/deit-small-patch16-224 --local-dir DIR" in capsys.readouterr().err
+    assert not list((tmp_path / "home").rglob("manifest.json")) and not list((tmp_path / "home").rglob("*.nc"))
+    assert not (home() / "runs").exists() or not any((home() / "runs").iterdir())
+
+
+@pytest.mark.integration
+def test_paper_profile_takes_an_hf_teacher_recorded_on_the_data(tmp_path, monkeypatch):
+    """``figures --profile paper --data ROOT`` draws from the user's teacher runs on ROOT: an HF folder recorded with
+    ``train teacher --profile paper --data ROOT --checkpoint hf:DIR --epochs 0`` is the teacher its figures use."""
+    from PIL import Image
+
+    from workbench.cli import main
+    from workbench.figures.context import Context
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 2), ("val", 2)):
+        for c in range(2):
+            (tmp_path / "data" / split / f"c{c}").mkdir(parents=True)
+            for i in range(n):
+                Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(tmp_path / "data" / split / f"c{c}" / f"{i}.png")
+    folder = tmp_path / "vit"
+    _save(transformers.ViTForImageClassification, transformers.ViTConfig(**VIT, num_labels=2), folder)
+    root = str(tmp_path / "data")
+    assert main(["train", "teacher", "--arch", "vit", "--profile", "paper", "--data", root, "--checkpoint", f"hf:{folder}",
+                 "--epochs", "0", "--device", "cpu"]) == 0
+    run = Context("paper", device="cpu", log=lambda *_: None, data=root).teacher("vit")
+    assert run.config["model_name"] == "hf_vit" and run.manifest["results"]["epochs"] == 0
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(9))
+    hf = transformers.ViTForImageClassification.from_pretrained(folder).eval()
+    with torch.no_grad():
+        assert torch.allclose(load_model(run.id).model(x), hf(pixel_values=x).logits, atol=1e-4, rtol=0)
