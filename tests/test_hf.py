@@ -525,3 +525,18 @@ def test_paper_profile_takes_an_hf_teacher_recorded_on_the_data(tmp_path, monkey
     hf = transformers.ViTForImageClassification.from_pretrained(folder).eval()
     with torch.no_grad():
         assert torch.allclose(load_model(run.id).model(x), hf(pixel_values=x).logits, atol=1e-4, rtol=0)
+
+
+def test_native_refused_where_it_does_not_apply(tmp_path):
+    """--native is for the ViT-like HF folders: Swin (window maps need the converted model) and non-HF models are
+    refused naming the alternative; a streamed store too."""
+    from workbench.cli import main
+
+    cls, config = FAMILIES["swin"]()
+    _save(cls, config, tmp_path / "swin")
+    with pytest.raises(HFError, match="not analysed natively .* drop --native"):
+        load_model(f"hf:{tmp_path / 'swin'}", native=True)
+    with pytest.raises(ValueError, match=r"native applies to a Hugging Face folder \(hf:DIR\) only"):
+        load_model("vit_demo", native=True)
+    assert main(["analyze", "attention", "--model", f"hf:{tmp_path / 'swin'}", "--native", "--out",
+                 str(tmp_path / "a.zarr")]) == 2 and not (tmp_path / "a.zarr").exists()
