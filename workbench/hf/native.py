@@ -108,7 +108,8 @@ class NativeViT(nn.Module):
     The hook point reads the probabilities (with their gradients): replacing them there does not change the output,
     which HF has already computed from them. ``forward(x)`` gives the logits (a headless model: the final-norm class
     token, what the converted timm model gives). The token layout (class, distillation and register tokens, patch
-    size) is exposed under timm's attribute names.
+    size) is exposed under timm's attribute names. Only attention is named (no residual-stream hook points: what
+    reads those, such as CKA, needs the converted model).
     """
 
     def __init__(self, hf: nn.Module):
