@@ -294,7 +294,8 @@ def test_hf_vit_teaches_far_and_sparsifiner(hf_vit_runs):
 
 @pytest.mark.integration
 def test_compare_hf_teacher_with_its_students(hf_vit_runs, tmp_path, capsys):
-    """``workbench compare --teacher hf:DIR``: the teacher's row is the HF model's (its predictions are HF's)."""
+    """``workbench compare --teacher hf:DIR``, and ``compare(hf_model, ...)`` in Python: the teacher's row is the HF
+    model's (its predictions are HF's)."""
     import xarray as xr
 
     from workbench.cli import main
@@ -315,6 +316,13 @@ def test_compare_hf_teacher_with_its_students(hf_vit_runs, tmp_path, capsys):
     pred = [v for v in ds.data_vars if "pred" in v]
     assert pred, list(ds.data_vars)
     np.testing.assert_array_equal(ds[pred[0]].sel(model="teacher").values, want)
+    from workbench.compare import compare  # Python: a transformers model object as the teacher, converted
+
+    obj = compare(hf, {"again": hf}, "demo:val[15::200]", parts=("predictions",), device="cpu")
+    assert json.loads(obj.attrs["models"])["teacher"]["name"] == "transformers:ViTForImageClassification"
+    np.testing.assert_array_equal(obj[pred[0]].sel(model="teacher").values, want)
+    with pytest.raises(ValueError, match=r"normalise their input differently \(teacher mean \(0.5,\)"):
+        compare(hf, {"FAR": pruned.id}, "demo:val[15::200]", parts=("predictions",), device="cpu")  # no processor given
 
 
 @pytest.mark.integration
