@@ -251,18 +251,13 @@ def test_cli_analyze_refuses_bad_folder_and_writes_nothing(vit_folder, tmp_path)
     assert rc != 0 and not out.exists() and not list(tmp_path.glob("att*"))
 
 
-@pytest.mark.integration
-def test_hf_vit_teaches_far_then_analyze_attention(tmp_path):
-    """An HF ViT folder as FAR's and Sparsifiner's teacher on the smoke profile (its timm name, kwargs and weight hash recorded; the
-    student built from them), then ``workbench analyze attention --model hf:DIR`` equal to HF's eager maps."""
-    import xarray as xr
-
-    from workbench.cli import main
-    from workbench.data import load_images
+@pytest.fixture(scope="module")
+def hf_vit_runs(tmp_path_factory):
+    """An HF ViT folder (1-channel 28x28, the demo digits' preprocessing) as the teacher of a FAR and a Sparsifiner
+    run on the smoke profile: (folder, FAR's pruned run, Sparsifiner's run), shared by the end-to-end tests below."""
     from workbench.pipelines import run_method
-    from workbench.runs import open_run
 
-    folder = tmp_path / "vit"
+    folder = tmp_path_factory.mktemp("hf") / "vit"
     cfg = transformers.ViTConfig(image_size=28, patch_size=4, num_channels=1, hidden_size=32, num_hidden_layers=2,
                                  num_attention_heads=4, intermediate_size=64, num_labels=10)
     _save(transformers.ViTForImageClassification, cfg, folder)
@@ -270,24 +265,102 @@ def test_hf_vit_teaches_far_then_analyze_attention(tmp_path):
         "image_processor_type": "ViTImageProcessor", "size": {"height": 28, "width": 28}, "resample": 2,
         "rescale_factor": 1 / 255, "image_mean": [0.1307], "image_std": [0.3081]}))
     pruned = run_method("far", f"hf:{folder}", "smoke", device="cpu", log=lambda *_: None)
+    sparsifiner = run_method("sparsifiner", f"hf:{folder}", "smoke", device="cpu", log=lambda *_: None, keep_rate=0.25)
+    return folder, pruned, sparsifiner
+
+
+def _eager_attention(folder, x):
+    """HF's own ``output_attentions`` on the eager path: (B, layer, head, q, k)."""
+    eager = transformers.ViTForImageClassification.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.no_grad():
+        return torch.stack(eager(pixel_values=x, output_attentions=True).attentions, dim=1).numpy()
+
+
+@pytest.mark.integration
+def test_hf_vit_teaches_far_and_sparsifiner(hf_vit_runs):
+    """The teacher recorded by its timm name, kwargs and weight hash; the students built from them."""
+    from workbench.cli import main
+    from workbench.runs import open_run
+
+    folder, pruned, sparsifiner = hf_vit_runs
     far = open_run(pruned.config["source_run"])
     assert far.config["teacher"]["ref"] == f"hf:{folder}" and far.config["teacher"]["model_name"] == "hf_vit"
     assert far.config["teacher"]["model_kwargs"]["data"]["mean"] == [0.1307] and pruned.status == "complete"
     assert load_model(pruned.id).input_size == (1, 28, 28)  # the student keeps the folder's preprocessing
     assert main(["run", "far", "--teacher", f"hf:{folder}", "--profile", "smoke", "--device", "cpu"]) == 0  # reused
     assert main(["run", "far", "--teacher", f"hf:{folder}", "--checkpoint", "w.safetensors", "--profile", "smoke"]) == 2
-    sparsifiner = run_method("sparsifiner", f"hf:{folder}", "smoke", device="cpu", log=lambda *_: None, keep_rate=0.25)
     assert sparsifiner.status == "complete" and sparsifiner.config["teacher"]["model_name"] == "hf_vit"
 
-    out = tmp_path / "att.nc"
-    assert main(["analyze", "attention", "--model", f"hf:{folder}", "--images", "demo:val[:3]", "--out", str(out)]) == 0
+
+@pytest.mark.integration
+def test_compare_hf_teacher_with_its_students(hf_vit_runs, tmp_path, capsys):
+    """``workbench compare --teacher hf:DIR``, and ``compare(hf_model, ...)`` in Python: the teacher's row is the HF
+    model's (its predictions are HF's)."""
+    import xarray as xr
+
+    from workbench.cli import main
+    from workbench.data import load_images
+
+    folder, pruned, sparsifiner = hf_vit_runs
+    out = tmp_path / "cmp.nc"
+    assert main(["compare", "--teacher", f"hf:{folder}", "--student", f"FAR={pruned.id}", "--student",
+                 f"Sparsifiner={sparsifiner.id}", "--images", "demo:val[15::200]", "--parts", "predictions",
+                 "--out", str(out), "--device", "cpu"]) == 0
     ds = xr.open_dataset(out)
-    assert ds.attrs["model_name"] == f"hf:{folder}"
-    x = load_images("demo:val[:3]", input_size=(1, 28, 28), mean=(0.1307,), std=(0.3081,)).tensor
-    eager = transformers.ViTForImageClassification.from_pretrained(folder, attn_implementation="eager").eval()
+    assert json.loads(ds.attrs["models"])["teacher"]["name"] == f"hf:{folder.resolve()}"
+    assert list(ds["model"].values) == ["teacher", "FAR", "Sparsifiner"]
+    x = load_images("demo:val[15::200]", input_size=(1, 28, 28), mean=(0.1307,), std=(0.3081,)).tensor
+    hf = transformers.ViTForImageClassification.from_pretrained(folder).eval()
     with torch.no_grad():
-        want = torch.stack(eager(pixel_values=x, output_attentions=True).attentions, dim=1)  # (B, layer, head, q, k)
-    np.testing.assert_allclose(ds["attention"].values, want.numpy(), atol=1e-5, rtol=0)
+        want = hf(pixel_values=x).logits.argmax(-1).numpy()
+    pred = [v for v in ds.data_vars if "pred" in v]
+    assert pred, list(ds.data_vars)
+    np.testing.assert_array_equal(ds[pred[0]].sel(model="teacher").values, want)
+    from workbench.compare import compare  # Python: a transformers model object as the teacher, converted
+
+    obj = compare(hf, {"again": hf}, "demo:val[15::200]", parts=("predictions",), device="cpu")
+    assert json.loads(obj.attrs["models"])["teacher"]["name"] == "transformers:ViTForImageClassification"
+    np.testing.assert_array_equal(obj[pred[0]].sel(model="teacher").values, want)
+    with pytest.raises(ValueError, match=r"normalise their input differently \(teacher mean \(0.5,\)"):
+        compare(hf, {"FAR": pruned.id}, "demo:val[15::200]", parts=("predictions",), device="cpu")  # no processor given
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("native", [False, True])
+def test_analyze_attention_of_hf_folder_equals_hf_eager(hf_vit_runs, tmp_path, native):
+    """``workbench analyze attention --model hf:DIR [--native]``: the converted model's maps, and the HF model's own
+    (run by transformers, hooked), each equal to HF's ``output_attentions`` on the eager path."""
+    import xarray as xr
+
+    from workbench.cli import main
+    from workbench.data import load_images
+
+    folder = hf_vit_runs[0]
+    out = tmp_path / "att.nc"
+    assert main(["analyze", "attention", "--model", f"hf:{folder}", "--images", "demo:val[:3]", "--out", str(out),
+                 "--device", "cpu"] + ["--native"] * native) == 0
+    ds = xr.open_dataset(out)
+    assert ds.attrs["model_name"].startswith(f"hf:{folder.resolve()}") and ds.attrs["model_name"].endswith("#native") == native
+    x = load_images("demo:val[:3]", input_size=(1, 28, 28), mean=(0.1307,), std=(0.3081,)).tensor
+    np.testing.assert_allclose(ds["attention"].values, _eager_attention(folder, x), atol=1e-5, rtol=0)
+    assert list(ds["query_kind"].values[:2]) == ["cls", "patch"] and ds.sizes["y"] == ds.sizes["x"] == 7
+
+
+@pytest.mark.integration
+def test_explore_hf_folder_and_transformers_object(hf_vit_runs):
+    """``explore(...)`` takes ``hf:DIR`` (converted), a transformers model object (converted, not wrapped raw) and
+    the native model: the three panels of one clicked token equal (those of hf:DIR equal HF's eager maps, above)."""
+    from workbench.explore import explore
+
+    folder = hf_vit_runs[0]
+    hf = transformers.ViTForImageClassification.from_pretrained(folder).eval()
+    w = explore(f"hf:{folder}", {"object": hf, "native": load_model(f"hf:{folder}", native=True)}, "demo:val[:1]")
+    view = w.state.view()
+    maps = {p["label"]: np.asarray(p["map"]) for p in view["panels"]}
+    assert set(maps) == {"teacher", "object", "native"}
+    np.testing.assert_allclose(maps["object"], maps["teacher"], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(maps["native"], maps["teacher"], atol=1e-5, rtol=0)
+    assert float(np.nanmax(maps["teacher"])) > 0
 
 
 @pytest.mark.parametrize("name", ["vit", "deit", "dinov2-reg", "swin"])
@@ -412,3 +485,66 @@ def test_train_teacher_from_hf_deit_on_other_classes(tmp_path):
     run = train_teacher("vit", "smoke", checkpoint=f"hf:{folder}", epochs=1, device="cpu", log=said.append)
     assert run.status == "complete" and any("classifier" in s and "re-initialised" in s for s in said)
     assert load_model(run.id).model.head_dist.out_features == 10  # the demo set's classes
+
+
+def test_cli_run_with_bad_hf_teacher_exits_2_and_writes_nothing(vit_folder, tmp_path, monkeypatch, capsys):
+    """``workbench run far --teacher hf:DIR`` with a truncated weights file, and with a hub name that is no folder:
+    exit 2, the problem and the fix on stderr, no run directory and no store."""
+    from workbench.cli import main
+    from workbench.runs import home
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
+    f = vit_folder / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:100])
+    assert main(["run", "far", "--teacher", f"hf:{vit_folder}", "--profile", "smoke", "--device", "cpu"]) == 2
+    assert "not a readable safetensors" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "sparsifiner", "--teacher", "hf:facebook/deit-small-patch16-224", "--keep-rate", "0.25",
+                 "--profile", "smoke"]) == 2
+    assert "huggingface-cli download facebook/deit-small-patch16-224 --local-dir DIR" in capsys.readouterr().err
+    assert not list((tmp_path / "home").rglob("manifest.json")) and not list((tmp_path / "home").rglob("*.nc"))
+    assert not (home() / "runs").exists() or not any((home() / "runs").iterdir())
+
+
+@pytest.mark.integration
+def test_paper_profile_takes_an_hf_teacher_recorded_on_the_data(tmp_path, monkeypatch):
+    """``figures --profile paper --data ROOT`` draws from the user's teacher runs on ROOT: an HF folder recorded with
+    ``train teacher --profile paper --data ROOT --checkpoint hf:DIR --epochs 0`` is the teacher its figures use."""
+    from PIL import Image
+
+    from workbench.cli import main
+    from workbench.figures.context import Context
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 2), ("val", 2)):
+        for c in range(2):
+            (tmp_path / "data" / split / f"c{c}").mkdir(parents=True)
+            for i in range(n):
+                Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(tmp_path / "data" / split / f"c{c}" / f"{i}.png")
+    folder = tmp_path / "vit"
+    _save(transformers.ViTForImageClassification, transformers.ViTConfig(**VIT, num_labels=2), folder)
+    root = str(tmp_path / "data")
+    assert main(["train", "teacher", "--arch", "vit", "--profile", "paper", "--data", root, "--checkpoint", f"hf:{folder}",
+                 "--epochs", "0", "--device", "cpu"]) == 0
+    run = Context("paper", device="cpu", log=lambda *_: None, data=root).teacher("vit")
+    assert run.config["model_name"] == "hf_vit" and run.manifest["results"]["epochs"] == 0
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(9))
+    hf = transformers.ViTForImageClassification.from_pretrained(folder).eval()
+    with torch.no_grad():
+        assert torch.allclose(load_model(run.id).model(x), hf(pixel_values=x).logits, atol=1e-4, rtol=0)
+
+
+def test_native_refused_where_it_does_not_apply(tmp_path):
+    """--native is for the ViT-like HF folders: Swin (window maps need the converted model) and non-HF models are
+    refused naming the alternative; a streamed store too."""
+    from workbench.cli import main
+
+    cls, config = FAMILIES["swin"]()
+    _save(cls, config, tmp_path / "swin")
+    with pytest.raises(HFError, match="not analysed natively .* drop --native"):
+        load_model(f"hf:{tmp_path / 'swin'}", native=True)
+    with pytest.raises(ValueError, match=r"native applies to a Hugging Face folder \(hf:DIR\) only"):
+        load_model("vit_demo", native=True)
+    assert main(["analyze", "attention", "--model", f"hf:{tmp_path / 'swin'}", "--native", "--out",
+                 str(tmp_path / "a.zarr")]) == 2 and not (tmp_path / "a.zarr").exists()

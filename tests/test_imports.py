@@ -25,6 +25,7 @@ left out, they never run), followed transitively:
   ``workbench.pipelines`` (shared modules)  the shared tools
   ``workbench.analysis.*`` (extractors)     any method's public package and the shared tools
   ``workbench.explain.*`` (capability)      the shared tools only (methods reached through hook-point names)
+  ``workbench.hf.native``                   the shared tools only (an HF model given the hook-point names)
   ========================================  ================================================================
 
   The shared tools are ``methods.hooks``, ``methods.devices``, ``methods.flops``, ``methods.cka`` and
@@ -131,7 +132,8 @@ def _is_door(me: str, target: str, methods_pkgs: set[str]) -> bool:
         return me == "workbench.runtime"
     if me == "workbench.models":
         return target in ("methods", "methods.teachers")
-    if me.startswith(("workbench.explain.", "workbench.features.")) or me in ("workbench.explain", "workbench.features"):
+    if me.startswith(("workbench.explain.", "workbench.features.")) or me in ("workbench.explain", "workbench.features",
+                                                                              "workbench.hf.native"):
         return target in SHARED  # capabilities across methods: the shared tools only, never a method by name
     if me.startswith("workbench.analysis.") or me == "workbench.analysis":
         return target in SHARED or target in methods_pkgs

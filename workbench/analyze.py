@@ -15,10 +15,11 @@ __all__ = ["analyze", "run_analysis"]
 
 
 def analyze(kind: str, model: str, images: str, *, checkpoint: str | None = None, device: str = "auto",
-            img_size: int | None = None, seed: int | None = None, **options) -> xr.Dataset:
+            img_size: int | None = None, seed: int | None = None, native: bool = False, **options) -> xr.Dataset:
     """Load ``model`` (run id/dir or timm name [+ checkpoint]) and the ``images`` spec, run extractor ``kind``.
 
-    ``seed`` seeds a random-init model's weights (None: :data:`workbench.models.DEFAULT_INIT_SEED`).
+    ``seed`` seeds a random-init model's weights (None: :data:`workbench.models.DEFAULT_INIT_SEED`); ``native``
+    analyses an ``hf:DIR`` folder's HF model itself instead of its timm conversion (:mod:`workbench.hf.native`).
 
     Returns:
         The extractor's Dataset with ``image(sample, img_y, img_x[, rgb])`` (what the model saw, in [0, 1]),
@@ -35,7 +36,7 @@ def analyze(kind: str, model: str, images: str, *, checkpoint: str | None = None
     extractor = get_extractor(kind)
     dev = resolve_device(device)
     loaded = load_model(model, checkpoint=checkpoint, device=dev, **({"seed": seed} if seed is not None else {}),
-                        **({"img_size": img_size} if img_size else {}))
+                        **({"img_size": img_size} if img_size else {}), **({"native": True} if native else {}))
     batch = load_images(images, input_size=loaded.input_size, mean=loaded.mean, std=loaded.std)
     targets = torch.as_tensor(batch.labels, device=dev) if (batch.labels >= 0).all() else None
     ds = extractor(loaded.model, batch.tensor.to(dev), targets=targets, **options)

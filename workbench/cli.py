@@ -193,7 +193,9 @@ def _train_flags(t: argparse.ArgumentParser) -> None:
 
 def _analyze_flags(a: argparse.ArgumentParser) -> None:
     a.add_argument("kind", help="analysis name: attention, window-attention, dependency, retention, window-saliency, ...")
-    a.add_argument("--model", required=True, help="run id/dir or timm name")
+    a.add_argument("--model", required=True, help="run id/dir, timm name, or hf:DIR (a Hugging Face save_pretrained folder)")
+    a.add_argument("--native", action="store_true", help="hf:DIR only: analyse the HF model itself, run by transformers "
+                                                         "(ViT, DeiT, DINOv2), not its timm conversion (the same maps)")
     a.add_argument("--checkpoint", default=None, help="local weights for a timm name (.safetensors, .pt, .pth)")
     a.add_argument("--seed", type=int, default=None, help="seed of the random initial weights of a timm name without "
                                                           "--checkpoint (default 0: every call sees the same network)")
@@ -217,9 +219,9 @@ def _analyze_flags(a: argparse.ArgumentParser) -> None:
 
 
 def _compare_flags(c: argparse.ArgumentParser) -> None:
-    c.add_argument("--teacher", required=True, help="run id/dir or timm name")
+    c.add_argument("--teacher", required=True, help="run id/dir, timm name, or hf:DIR (a Hugging Face folder)")
     c.add_argument("--student", action="append", required=True, metavar="[LABEL=]MODEL",
-                   help="a student: run id/dir or timm name, labelled LABEL (default: the reference); repeat for more")
+                   help="a student: run id/dir, timm name or hf:DIR, labelled LABEL (default: the reference); repeat for more")
     c.add_argument("--checkpoint", action="append", default=[], metavar="[LABEL=]PATH",
                    help="local weights of a timm-name model: PATH for the teacher, LABEL=PATH for the student LABEL; "
                         "repeat for more")
@@ -266,7 +268,8 @@ def _run_flags(r: argparse.ArgumentParser, add: Callable[..., argparse.ArgumentP
         mp = add(rs, name, entry.summary, "\n  ".join(entry.examples))
         mp.add_argument("--teacher", default=None,
                         help=f"teacher run id/dir, a demo arch ({entry.teacher}: the profile's demo teacher, trained if "
-                             f"missing; the default), or a timm {entry.family} name with --checkpoint")
+                             f"missing; the default), a timm {entry.family} name with --checkpoint, or hf:DIR (a "
+                             "Hugging Face folder)")
         mp.add_argument("--checkpoint", default=None, help="weights of a timm-name teacher (.safetensors, .pt, .pth)")
         for opt in entry.options:
             _add_option(mp, opt)
@@ -355,6 +358,9 @@ def cmd_analyze(args) -> int:
     from workbench.scale.cli import cmd_stream, streamed
 
     if streamed(args):
+        if args.native:
+            raise ValueError("--native writes an in-memory .nc store; pass --out X.nc (or drop --native: the converted "
+                             "model streams, with the same maps)")
         return cmd_stream(args)
     opts = {}
     if args.layers:
@@ -369,7 +375,7 @@ def cmd_analyze(args) -> int:
             opts[opt.name] = getattr(args, f"x_{opt.name}")
     with _skipping(args):
         path = run_analysis(kind, args.model, args.images, args.out, checkpoint=args.checkpoint, seed=args.seed,
-                            device=args.device, img_size=args.img_size, **opts)
+                            device=args.device, img_size=args.img_size, native=args.native, **opts)
     print(f"wrote {path}")
     return 0
 

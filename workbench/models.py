@@ -97,7 +97,7 @@ def seeded_model(name: str, seed: int, **kwargs) -> nn.Module:
 
 
 def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | torch.device = "cpu",
-               seed: int = DEFAULT_INIT_SEED, **kwargs) -> LoadedModel:
+               seed: int = DEFAULT_INIT_SEED, native: bool = False, **kwargs) -> LoadedModel:
     """Load a model by run id/dir or timm name (+ optional checkpoint), in eval mode.
 
     Args:
@@ -106,6 +106,8 @@ def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | 
         checkpoint: local weights for a timm name (not allowed with a run).
         device: where to put the model.
         seed: seed of the random initial weights of a timm name without a checkpoint (ignored otherwise).
+        native: ``hf:DIR`` only: the HF model itself (run by ``transformers``, :class:`workbench.hf.native.NativeViT`),
+            not its timm conversion; the extractors and the explorer read the same hook-point names on it.
         **kwargs: passed to ``timm.create_model`` (e.g. ``img_size=384``).
 
     Warns:
@@ -120,8 +122,10 @@ def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | 
         >>> loaded.input_size, loaded.source.weights, loaded.model.training
         ((1, 28, 28), 'random-init', False)
     """
-    if (isinstance(ref, str) and ref.startswith("hf:")) or _is_transformers_model(ref):  # Hugging Face (workbench.hf)
-        return _load_hf(ref, checkpoint=checkpoint, device=device, kwargs=kwargs)
+    if (isinstance(ref, str) and ref.startswith("hf:")) or is_transformers_model(ref):  # Hugging Face (workbench.hf)
+        return _load_hf(ref, checkpoint=checkpoint, device=device, kwargs=kwargs, native=native)
+    if native:
+        raise ValueError(f"native applies to a Hugging Face folder (hf:DIR) only; {ref!r} is not one")
     run = _maybe_run(ref)
     if run is not None:
         if checkpoint is not None:
@@ -169,14 +173,17 @@ def run_model_spec(run: Run) -> tuple[str, dict]:
     return run.config["model_name"], dict(run.config.get("model_kwargs") or {})
 
 
-def _load_hf(ref, *, checkpoint, device, kwargs: dict) -> LoadedModel:
-    """``hf:DIR`` or a ``transformers`` model object as its converted timm model (:mod:`workbench.hf`)."""
+def _load_hf(ref, *, checkpoint, device, kwargs: dict, native: bool = False) -> LoadedModel:
+    """``hf:DIR`` or a ``transformers`` model object as its converted timm model (:mod:`workbench.hf`); ``native``:
+    the folder's HF model itself."""
     from workbench.hf import from_transformers, load_hf
 
     what = str(ref) if isinstance(ref, str) else type(ref).__name__
     if checkpoint is not None or kwargs:
         raise ValueError(f"{what!r} is a Hugging Face folder or model with its own weights and config; drop "
                          f"{'--checkpoint' if checkpoint is not None else ', '.join(kwargs)}")
+    if native:
+        return _load_hf_native(ref, device)
     if isinstance(ref, str):
         converted, folder = load_hf(ref, device=device)
         name, sha = f"hf:{folder.path.resolve()}", folder.sha256()  # absolute: a relative folder names nothing later
@@ -188,7 +195,26 @@ def _load_hf(ref, *, checkpoint, device, kwargs: dict) -> LoadedModel:
     return LoadedModel(converted.model, source, tuple(cfg["input_size"]), tuple(cfg["mean"]), tuple(cfg["std"]))
 
 
-def _is_transformers_model(obj: object) -> bool:
+def _load_hf_native(ref, device) -> LoadedModel:
+    """``hf:DIR`` as its HF model, wrapped with the workbench's hook-point names (:func:`workbench.hf.native.load_native`)."""
+    from workbench.hf import data_config, open_folder
+    from workbench.hf.native import load_native
+
+    if not isinstance(ref, str):
+        raise ValueError("native applies to a folder hf:DIR; a transformers model object: wrap it with "
+                         "workbench.hf.native.NativeViT(model)")
+    folder = open_folder(ref)
+    model = load_native(folder).to(device)
+    c = folder.config
+    size = c.get("image_size", 224)
+    cfg = data_config(folder.preprocessor, image_size=(size, size) if isinstance(size, int) else tuple(size),
+                      in_chans=int(c.get("num_channels", 3)))
+    source = ModelSource(f"hf:{folder.path.resolve()}#native", "teacher", folder.sha256(), None,
+                         weights_sha256=state_dict_sha256(model.hf))
+    return LoadedModel(model, source, tuple(cfg["input_size"]), tuple(cfg["mean"]), tuple(cfg["std"]))
+
+
+def is_transformers_model(obj: object) -> bool:
     """A ``transformers`` ``PreTrainedModel`` (checked by class names: transformers is not imported)."""
     return any(c.__name__ == "PreTrainedModel" and c.__module__.startswith("transformers") for c in type(obj).__mro__)
 

@@ -63,13 +63,13 @@ def _store_images(stores: Mapping[str, xr.Dataset]) -> Images | None:
 
 
 def _loaded(label: str, ref: Any, checkpoint, device: str, img_size: int | None):
-    """``ref`` as a LoadedModel (run id, timm name, nn.Module or LoadedModel)."""
-    from workbench.models import LoadedModel, load_model
+    """``ref`` as a LoadedModel (run id, timm name, ``hf:DIR``, transformers model, nn.Module or LoadedModel)."""
+    from workbench.models import LoadedModel, is_transformers_model, load_model
     from workbench.provenance import ModelSource
 
     if isinstance(ref, LoadedModel):
         return ref
-    if isinstance(ref, str):
+    if isinstance(ref, str) or is_transformers_model(ref):  # a transformers model object: converted (workbench.hf)
         kw = {"img_size": img_size} if img_size else {}
         try:
             return load_model(ref, checkpoint=checkpoint, device=device, **kw)
