@@ -1,0 +1,127 @@
+"""The diff a crosscoder reads out: which latents each model has, and how well the dictionary fits each model.
+
+Per latent ``j`` (dim ``latent``):
+
+- ``decoder_norm(model, latent)``: ``‖W_dec,m[j]‖`` in the model's scaled units (unit token variance, so equal norms
+  mean equal shares of each model's variance);
+- ``relative_norm(latent)``: ``‖d_student‖ / (‖d_teacher‖ + ‖d_student‖)`` (Lindsey et al. 2024: 0 = the teacher
+  only, 1 = the student only, ½ = both alike);
+- coord ``latent_class(latent)`` by :class:`ClassThresholds`: ``teacher_only`` below ``exclusive``, ``student_only``
+  above ``1 − exclusive``, ``shared`` within ``shared`` of ½, ``partial`` in between (the bands of Minder et al.
+  2025, Fig. 2); a dead latent keeps its class but is not counted (``n_*`` counts live latents only);
+- ``firing_rate(latent)``: share of held-out tokens where it is active; ``dead`` (never active on them) and
+  ``dense`` (active on more than ``dense`` of them).
+
+Per model: ``fve(model)`` = 1 − Σ‖x − x̂‖² / Σ‖x − x̄‖² over held-out tokens, and ``l0`` = mean active latents
+per token (one code for both models).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+import xarray as xr
+
+from workbench.features.crosscoder import Crosscoder
+
+__all__ = ["ClassThresholds", "LATENT_CLASSES", "latent_classes", "crosscoder_diff"]
+
+LATENT_CLASSES: tuple[str, ...] = ("shared", "teacher_only", "student_only", "partial")
+
+
+@dataclass(frozen=True)
+class ClassThresholds:
+    """Where a latent's relative decoder norm puts it, and when it is dense."""
+
+    exclusive: float = 0.1  # relative norm < this: teacher_only; > 1 - this: student_only
+    shared: float = 0.1  # |relative norm - 0.5| <= this: shared
+    dense: float = 0.1  # active on more than this share of held-out tokens: dense
+
+    def __post_init__(self) -> None:
+        if not (0 < self.exclusive < 0.5 - self.shared and 0 <= self.shared and 0 < self.dense <= 1):
+            raise ValueError(f"need 0 < exclusive < 0.5 - shared, shared >= 0, 0 < dense <= 1; got {self}")
+
+
+def latent_classes(relative: np.ndarray, th: ClassThresholds = ClassThresholds()) -> np.ndarray:
+    """The class of each relative decoder norm (module docstring)."""
+    out = np.full(relative.shape, "partial", dtype=object)
+    out[np.abs(relative - 0.5) <= th.shared] = "shared"
+    out[relative < th.exclusive] = "teacher_only"
+    out[relative > 1 - th.exclusive] = "student_only"
+    return out.astype(str)
+
+
+class _Totals:
+    """Running sums over held-out tokens, float64."""
+
+    def __init__(self, cc: Crosscoder):
+        self.n, self.active = 0, 0.0
+        self.fired = torch.zeros(cc.width, dtype=torch.float64)
+        self.sse = [0.0 for _ in cc.dims]
+        self.sum = [torch.zeros(d, dtype=torch.float64) for d in cc.dims]
+        self.sq = [0.0 for _ in cc.dims]
+
+    def add(self, xs: list[torch.Tensor], recon: list[torch.Tensor], codes: torch.Tensor) -> None:
+        self.n += codes.shape[0]
+        on = (codes > 0).double().cpu()
+        self.fired += on.sum(0)
+        self.active += float(on.sum())
+        for m, (x, r) in enumerate(zip(xs, recon)):
+            x, r = x.double().cpu(), r.double().cpu()
+            self.sse[m] += float((x - r).pow(2).sum())
+            self.sum[m] += x.sum(0)
+            self.sq[m] += float(x.pow(2).sum())
+
+    def fve(self) -> np.ndarray:
+        total = [sq - float(s.pow(2).sum()) / self.n for sq, s in zip(self.sq, self.sum)]  # Σ‖x − x̄‖²
+        return np.array([1 - e / max(t, 1e-300) for e, t in zip(self.sse, total)])
+
+
+@torch.no_grad()
+def crosscoder_diff(cc: Crosscoder, batches: Iterable[list[torch.Tensor]], labels: Sequence[str] = ("teacher", "student"),
+                    th: ClassThresholds = ClassThresholds()) -> xr.Dataset:
+    """The diff Dataset (module docstring) of ``cc`` on held-out ``batches`` (per-model lists of ``(N, d_m)`` rows).
+
+    ``labels``: the model coord, the teacher first. Provenance is the caller's (``workbench.provenance.stamp``).
+    """
+    if len(labels) != 2 or len(cc.dims) != 2:
+        raise ValueError(f"the diff compares two models (teacher, student); got labels {list(labels)} for "
+                         f"a crosscoder over {len(cc.dims)}")
+    was_training = cc.training
+    cc.eval()
+    dev = cc.b_enc.device
+    totals = _Totals(cc)
+    for xs in batches:
+        xs = [x.to(dev).float() for x in xs]
+        recon, codes, _ = cc(xs)
+        totals.add(xs, recon, codes)
+    cc.train(was_training)
+    if totals.n == 0:
+        raise ValueError("no held-out tokens: pass at least one batch of held-out images")
+    return _dataset(cc, totals, list(labels), th)
+
+
+def _dataset(cc: Crosscoder, totals: _Totals, labels: list[str], th: ClassThresholds) -> xr.Dataset:
+    norms = cc.decoder_norms().detach().double().cpu().numpy()  # (2, width)
+    relative = norms[1] / np.maximum(norms.sum(0), 1e-300)
+    classes = latent_classes(relative, th)
+    rate = (totals.fired / totals.n).numpy()
+    dead, dense = rate == 0, rate > th.dense
+    ds = xr.Dataset(
+        {"decoder_norm": (("model", "latent"), norms), "relative_norm": ("latent", relative),
+         "firing_rate": ("latent", rate), "dead": ("latent", dead), "dense": ("latent", dense),
+         "fve": ("model", totals.fve()), "l0": ((), totals.active / totals.n)},
+        coords={"model": labels, "latent": np.arange(cc.width), "latent_class": ("latent", classes)})
+    live = ~dead
+    counts = {f"n_{c}": int(((classes == c) & live).sum()) for c in LATENT_CLASSES}
+    ds = ds.assign({k: ((), v) for k, v in counts.items()} | {"n_dead": ((), int(dead.sum())),
+                                                             "n_dense": ((), int(dense.sum()))})
+    ds["relative_norm"].attrs.update(units="1", long_name="‖d_student‖ / (‖d_teacher‖ + ‖d_student‖)")
+    ds["fve"].attrs.update(units="1", long_name="fraction of variance explained on held-out tokens")
+    ds["l0"].attrs.update(units="latents per token", long_name="mean active latents per held-out token")
+    return ds.assign_attrs(analysis="crosscoder_diff", thresholds=json.dumps(asdict(th)), held_out_tokens=totals.n,
+                           width=cc.width, k=cc.k)
