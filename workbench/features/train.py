@@ -27,6 +27,8 @@ from workbench.features.pairs import ImageSource, image_batches, paired_tokens
 
 __all__ = ["train_crosscoder", "fit_crosscoder", "crosscoder_loss", "BatchFn"]
 
+DEFAULT = CrosscoderConfig()  # the default options
+
 
 def crosscoder_loss(cc: Crosscoder, xs: list[torch.Tensor], since_fired: torch.Tensor, cfg: CrosscoderConfig
                     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -79,7 +81,7 @@ BatchFn = Callable[[int, int], Iterator[list[torch.Tensor]]]
 
 
 def train_crosscoder(models: Mapping[str, nn.Module], hooks: Mapping[str, str], images: ImageSource,
-                     cfg: CrosscoderConfig = CrosscoderConfig(), *, checkpoint: str | Path | None = None,
+                     cfg: CrosscoderConfig = DEFAULT, *, checkpoint: str | Path | None = None,
                      device: str | torch.device = "auto") -> Crosscoder:
     """Train (or resume, or reuse when complete) a crosscoder over ``models``' activations at ``hooks`` on ``images``.
 
@@ -105,7 +107,7 @@ def train_crosscoder(models: Mapping[str, nn.Module], hooks: Mapping[str, str], 
                           device=dev, metadata={"hooks": json.dumps(dict(hooks))})
 
 
-def fit_crosscoder(batches: BatchFn, steps_per_epoch: int, cfg: CrosscoderConfig = CrosscoderConfig(), *,
+def fit_crosscoder(batches: BatchFn, steps_per_epoch: int, cfg: CrosscoderConfig = DEFAULT, *,
                    checkpoint: str | Path | None = None, device: str | torch.device = "auto",
                    metadata: Mapping[str, str] | None = None) -> Crosscoder:
     """Train on any stream of paired rows (:data:`BatchFn`, ``steps_per_epoch`` batches an epoch); see
