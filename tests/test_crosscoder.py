@@ -179,3 +179,26 @@ def test_planted_model_features_are_recovered(tmp_path):
     j, cos = _best(cc, 1, v)
     assert cos >= 0.9 and diff.latent_class.values[j] == "student_only", (cos, float(diff.relative_norm[j]))
     assert (diff.fve > 0.8).all(), diff.fve.values
+
+
+def test_an_interrupted_training_resumes_to_the_same_crosscoder(tmp_path):
+    dt, ds = _dictionary()
+    cfg = CrosscoderConfig(width=16, k=1, lr=5e-3, seed=0, epochs=2, checkpoint_every=5)
+
+    def batches(epoch, start, stop_at=None):
+        for i in range(start, 12):
+            if stop_at is not None and epoch * 12 + i == stop_at:
+                raise KeyboardInterrupt  # killed mid-epoch, after the checkpoint of step 15
+            yield _sample(dt, ds, seed=1000 * epoch + i, n=64)
+
+    whole = fit_crosscoder(batches, 12, cfg, device="cpu")
+    path = tmp_path / "cc.safetensors"
+    with pytest.raises(KeyboardInterrupt):
+        fit_crosscoder(lambda e, s: batches(e, s, stop_at=17), 12, cfg, checkpoint=path, device="cpu")
+    resumed = fit_crosscoder(batches, 12, cfg, checkpoint=path, device="cpu")
+    for a, b in zip(whole.state_dict().values(), resumed.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="another config"):
+        fit_crosscoder(batches, 12, CrosscoderConfig(width=16, k=2), checkpoint=path, device="cpu")
+    with pytest.raises(ValueError, match="ran out"):
+        fit_crosscoder(lambda e, s: batches(e, s), 20, cfg, device="cpu")

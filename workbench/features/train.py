@@ -132,6 +132,7 @@ def fit_crosscoder(batches: BatchFn, steps_per_epoch: int, cfg: CrosscoderConfig
     cc.train()
     meta = {"config": json.dumps(asdict(cfg), sort_keys=True), **(metadata or {})}
     while step < total:
+        before = step
         for xs in batches(step // steps_per_epoch, step % steps_per_epoch):
             loss, _ = crosscoder_loss(cc, [x.to(dev) for x in xs], since_fired, cfg)
             opt.zero_grad(set_to_none=True)
@@ -143,4 +144,7 @@ def fit_crosscoder(batches: BatchFn, steps_per_epoch: int, cfg: CrosscoderConfig
                                 {**meta, "step": str(step)})
             if step % steps_per_epoch == 0:
                 break
+        if step == before:
+            raise ValueError(f"the batches ran out at step {step} of {total} ({steps_per_epoch} per epoch): "
+                             "pass the number of batches the stream yields per epoch")
     return cc.eval()
