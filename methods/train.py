@@ -116,7 +116,8 @@ class TrainConfig:
     min_lr: float = 1e-6  # floor of the cosine schedule
     label_smoothing: float = 0.0  # for the default cross-entropy loss
     seed: int = 0  # seeds shuffling and augmentation (the teacher pipeline also seeds the initialisation with it)
-    device: str = "auto"  # "auto", "cpu", "cuda" or "cuda:N"
+    device: str | torch.device = "auto"  # a resolved torch.device (used as it is), or "auto", "cpu", "cuda", "cuda:N"
+    # (resolved by fit: resolve_device)
     amp: bool = False  # bfloat16 autocast on CUDA (LSTMs: float16 with a gradient scaler, see grad_scaler)
     eval_every: int = 1  # evaluate on the held-out set every N epochs (and at the last)
     num_workers: int | None = None  # DataLoader workers; None: auto (workers_for: several on CUDA, none on the CPU)
@@ -130,7 +131,8 @@ class TrainConfig:
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
     """The torch.device of ``auto`` / ``cpu`` / ``cuda`` for this process; the one place ``cuda`` gets its index.
 
-    ``auto`` is cuda when a GPU is available, else cpu. Under ``torchrun`` (``LOCAL_RANK`` set) ``cuda`` is
+    A torch.device already resolved (a CPU device, or cuda with its index) is returned as it is: callers resolve once
+    and pass the result on. ``auto`` is cuda when a GPU is available, else cpu. Under ``torchrun`` (``LOCAL_RANK`` set) ``cuda`` is
     ``cuda:LOCAL_RANK``, made the current device (``torch.cuda.set_device``), so every rank, and everything it builds
     (teachers included), lives on its own GPU.
 
@@ -138,6 +140,8 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         RuntimeError: cuda without a GPU; under torchrun, more processes on this host than GPUs, or a ``cuda:N``
             other than the process's own.
     """
+    if isinstance(device, torch.device) and (device.type != "cuda" or device.index is not None):
+        return device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     dev = torch.device(device)
@@ -163,9 +167,10 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
 def cpu_threads(n: int | None, device: str | torch.device = "cpu") -> Iterator[None]:
     """Within the block torch uses ``n`` intra-op threads on the CPU (restored afterwards).
 
-    A no-op for ``n=None`` or a CUDA device. Tiny models on a shared 2-core CPU run faster on one.
+    A no-op for ``n=None`` or a device (resolved by the caller: :func:`resolve_device`; only its type is read) that is
+    not the CPU. Tiny models on a shared 2-core CPU run faster on one.
     """
-    if not n or resolve_device(device).type != "cpu":
+    if not n or torch.device(device).type != "cpu":
         yield
         return
     previous = torch.get_num_threads()
@@ -738,9 +743,33 @@ def _epoch_metrics(loop: _Loop, cfg: TrainConfig, sums: _RunningSums, epoch: int
     return metrics
 
 
+class _Bar:
+    """Iterates ``loader`` itself (one iterator per epoch) and counts its steps on a tqdm bar of ``len(loader)``.
+
+    The bar never iterates the loader: tqdm.auto's bar takes an iterator of what it wraps when it is made, so a
+    wrapped loader was iterated twice per epoch: earlier per-epoch loaders then drew their workers' base seed twice from
+    the shuffle's generator (another training order), persistent workers prefetch for the unused iterator (their
+    augmentations move on), and what was trained depended on whether a bar was shown."""
+
+    def __init__(self, loader, desc: str):
+        from tqdm.auto import tqdm
+
+        self.loader = loader
+        self.bar = tqdm(total=len(loader), desc=desc, leave=False, dynamic_ncols=True)
+
+    def __iter__(self):
+        try:
+            for batch in self.loader:
+                yield batch
+                self.bar.update(1)
+        finally:
+            self.bar.close()
+
+    def set_postfix(self, **kw) -> None:
+        self.bar.set_postfix(**kw)
+
+
 def _progress(loader, desc: str, enabled: bool):
     if not enabled or os.environ.get("WORKBENCH_PROGRESS", "1") == "0":
         return loader
-    from tqdm.auto import tqdm
-
-    return tqdm(loader, desc=desc, leave=False, dynamic_ncols=True)
+    return _Bar(loader, desc)

@@ -273,3 +273,40 @@ def test_cnn_teacher_trains_and_teaches_in_channels_last_with_the_same_function(
     with torch.no_grad():
         got, want = frozen(x), plain(x)
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (got - want).abs().max()
+
+
+def test_a_seeded_run_trains_the_same_weights_however_it_is_launched(teacher, tmp_path, monkeypatch):
+    """A seed-1 run trained twice, in two homes of its own, gives bit-identical weights and masks: launched with two
+    torch threads and no progress bar (a figures worker), then with one thread and the bar shown (``workbench run``
+    in a terminal). The training's thread count is the budget's (``cpu_threads``), not the launcher's; the bar does
+    not iterate the loader (an earlier version's order, and so the seed-1 demo run, changed with it)."""
+    from dataclasses import replace
+
+    from workbench.pipelines.attentionlite import budgets
+    from workbench.runs import home
+
+    b = budgets.BUDGETS["smoke"]
+    cache, runs = home() / "cache", []
+    for i, (threads, bar) in enumerate([(2, False), (1, True)]):
+        private = tmp_path / f"home{i}"
+        (private / "runs").mkdir(parents=True)
+        (private / "runs" / teacher.id).symlink_to(teacher.dir, target_is_directory=True)
+        if cache.exists():
+            (private / "cache").symlink_to(cache, target_is_directory=True)
+        monkeypatch.setenv("WORKBENCH_HOME", str(private))
+        monkeypatch.setenv("WORKBENCH_PROGRESS", "1" if bar else "0")
+        monkeypatch.setitem(budgets.BUDGETS, "smoke", replace(b, train=replace(b.train, progress=bar)))
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            runs.append(_run(teacher, density=0.25, pruning="irregular", at=False, seed=1))
+        finally:
+            torch.set_num_threads(before)
+    first, again = runs
+    assert first.id == again.id == "attentionlite-irregular-d0.25-kd-s1-cnn-smoke" and first.dir != again.dir
+    assert first.manifest["checkpoint_sha256"] == again.manifest["checkpoint_sha256"]
+    from safetensors.torch import load_file
+
+    masks, masks_again = load_file(first.dir / "masks.safetensors"), load_file(again.dir / "masks.safetensors")
+    assert masks.keys() == masks_again.keys()  # the same masks, tensor by tensor (the header's order may differ)
+    assert all(torch.equal(masks[k], masks_again[k]) for k in masks)

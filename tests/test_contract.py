@@ -1,6 +1,7 @@
 """The method contract end to end: a toy method defined in one file (tests/toy_method.py) gets a run, a
-`workbench run` command, an extractor reading its hook points with a `workbench analyze` flag of its own, a figure
-under its paper's heading, and a student of the teacher-vs-compressed comparison, with no edit anywhere else."""
+`workbench run` command, an extractor reading its hook points with a `workbench analyze` flag of its own, an
+explorer kind, a figure under its paper's heading, and a student of the teacher-vs-compressed comparison, with no edit
+anywhere else."""
 
 from __future__ import annotations
 
@@ -25,19 +26,42 @@ def test_every_toy_registration_comes_from_its_own_file():
     CLI's flags, the figure index's headings, the comparison's students and caption are built from the registries."""
     import inspect
 
-    from workbench.analysis import EXTRACTORS, OPTIONS
+    from workbench.analysis import EXTRACTORS, OPTIONS, explore_kinds
     from workbench.figures import DATA, FIGURES, STUDENTS, closure, get, paper_titles
     from workbench.figures.compare.items import students_of
     from workbench.pipelines import METHODS
 
     defined_in = {inspect.getsourcefile(obj) for obj in (
-        METHODS["toy"].run, EXTRACTORS["toy_logits"], DATA["toy.logits"].make, FIGURES["toy.fig1"].plot,
-        STUDENTS["toy g2"].run)}
+        METHODS["toy"].run, EXTRACTORS["toy_logits"], EXTRACTORS["toy_attention"], DATA["toy.logits"].make,
+        FIGURES["toy.fig1"].plot, STUDENTS["toy g2"].run)}
     assert defined_in == {toy_method.__file__}  # the files the toy touched: its own
     assert [o.flag for o in OPTIONS["toy_logits"]] == ["--offset"]
+    assert explore_kinds()["toy_attention"].label == "toy attention"
     assert paper_titles()["toy"] == "Toy — identity compression"
     assert "toy g2" in [s.label for s in students_of("vit")] and "toy.logits" in closure(["compare.vit"])
     assert "toy g2" in get(["compare.fig1"])[0].caption
+
+
+def test_the_toy_adds_an_explorer_kind():
+    """The explorer detects the toy's kind for the toy's model (by its hook point), titles its panels with the
+    kind's label and reads its map: the base ViT's attention, so the rows equal the teacher's, which the explorer
+    reads through the built-in ``attention`` kind. Nothing in workbench/explore names the toy."""
+    import numpy as np
+
+    from workbench.explore import build_state
+    from workbench.models import create_model
+
+    teacher = create_model("vit_demo").eval()
+    toy = toy_method.toy_scaled(gain=2.0).eval()
+    toy.base.load_state_dict(teacher.state_dict())
+    st = build_state(teacher, {"toy": toy}, "demo:val[:1]")
+    assert (st.sources["toy"].kind, st.sources["toy"].measure) == ("toy_attention", "toy attention")
+    assert st.sources["teacher"].kind == "attention"
+    for query in ("cls", (3, 2)):
+        a, b = st.rows("toy", image=0, query=st.query_token(query)), st.rows("teacher", image=0, query=st.query_token(query))
+        np.testing.assert_allclose(a.tokens, b.tokens, rtol=1e-6)
+        assert np.isfinite(a.tokens).all() and not np.allclose(a.tokens, a.tokens[..., :1])  # real rows, not constant
+    assert [(p["label"], p["measure"]) for p in st.view()["panels"]] == [("teacher", "attention"), ("toy", "toy attention")]
 
 
 def test_toy_method_run_extract_and_figure(tmp_path, smoke_teacher, capsys):

@@ -172,6 +172,32 @@ def test_sparsifiner_outline_is_the_kept_keys(state, sparse_student, batch):
     assert (~mask).any() and mask.any()
 
 
+def test_a_live_sparsifiner_first_click_skips_the_mass_summaries(vit, sparse_student, batch, monkeypatch):
+    """The explorer shows Sparsifiner's maps and kept keys, not its masks' mass-agreement summaries (an argsort of every
+    row: ~5 s of a 577-token first click): a live model leaves them out unless asked (``agreement=True``), and what it
+    shows is the same either way."""
+    import workbench.analysis.sparsifiner as spa
+    from workbench.explore import build_state
+    from workbench.explore.live import LiveModel
+
+    calls = []
+    real = spa.mass_agreement
+    monkeypatch.setattr(spa, "mass_agreement", lambda *a: calls.append(1) or real(*a))
+    st = build_state(vit, {"Sparsifiner": sparse_student}, SPEC)
+    skipped = st.rows("Sparsifiner", image=1, query=st.query_token((4, 2)))
+    assert not calls and "own_mass" not in st.sources["Sparsifiner"].reader(st.images.ids[1]).ds
+    st.sources["Sparsifiner"] = src = LiveModel("Sparsifiner", sparse_student, batch.tensor, st.images.ids,
+                                                agreement=True)
+    full = st.rows("Sparsifiner", image=1, query=st.query_token((4, 2)))
+    assert calls and "own_mass" in src.reader(st.images.ids[1]).ds  # computed when asked for
+    np.testing.assert_array_equal(skipped.tokens, full.tokens)
+    np.testing.assert_array_equal(skipped.outline, full.outline)
+    ds = spa.extract_sparse_attention(sparse_student, batch.tensor, agreement=False)
+    assert not {"own_mass", "own_oracle_mass", "own_overlap", "chance_mass"} & set(ds.data_vars)
+    assert json.loads(ds.attrs["config"])["agreement"] is False  # a store says what it left out
+    assert "agreement" not in json.loads(spa.extract_sparse_attention(sparse_student, batch.tensor).attrs["config"])
+
+
 def test_slimswin_greyed_heads_are_exactly_the_pruned_pairs(slimswin):
     import methods.slimswin as ss
     from workbench.explore import build_state
@@ -381,7 +407,7 @@ def test_bad_inputs_get_clear_messages(stores, vit, tmp_path, batch):
 
     # a store without the map the view needs
     preds = _stamped(xr.Dataset({"logits": (("sample", "class"), np.zeros((3, 10)))}).assign_attrs(analysis="predictions"), batch)
-    with pytest.raises(ExploreError, match=r"'P'.*analysis 'predictions'.*needs one of attention, dependency"):
+    with pytest.raises(ExploreError, match=r"'P'.*analysis 'predictions'.*needs one of at_maps, attention, dependency, "):
         build_state(stores={"teacher": stores["teacher"], "P": save(preds, tmp_path / "p.nc")})
     cut = _stamped(xr.Dataset({"cls_attention": (("sample", "y"), np.zeros((3, 2)))}).assign_attrs(analysis="attention"), batch)
     with pytest.raises(ExploreError, match="has no 'attention' variable"):
@@ -443,6 +469,19 @@ def test_import_workbench_stays_light():
 
 
 # ------------------------------------------------------------------------------ one source of truth
+def test_stores_read_the_explorer_kinds_the_extractors_register():
+    """Reading a store takes the kinds from the registrations' source text (no torch); it must say what importing the
+    extractors registers, field for field (the functions aside, which a store needs none of)."""
+    from dataclasses import replace
+
+    from workbench.analysis import EXTRACTORS, _declared_kinds, explore_kinds
+
+    imported = {k: replace(v, prepare=None, masks=None, hint=None) for k, v in explore_kinds().items()
+                if EXTRACTORS[k].__module__.startswith("workbench.analysis.")}  # not a test's (the toy's)
+    assert _declared_kinds() == imported and len(imported) >= 5
+    assert {"attention", "dependency", "sparse_attention", "window_attention", "at_maps"} <= set(imported)
+
+
 def test_state_changed_from_code_moves_every_control_and_the_pixels(vit, far_student):
     """The notebook's calls: select from code, then a click; the controls, the pixels and every map follow the state."""
     from workbench.explore import build_state

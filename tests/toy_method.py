@@ -1,8 +1,9 @@
 """A toy method written against the method contract alone (docs/adding-a-method.md): an identity
 "compression" of the demo ViT whose deploy form scales the teacher's logits by a gain. It registers a model
 form with timm, a hook point, a registry entry (budgets, run function, a CLI option, its paper's title), an
-extractor reading the hook point with an option of its own (a `workbench analyze` flag), a figure (data + plot)
-and a student of the teacher-vs-compressed comparison; tests/test_contract.py drives it end to end."""
+extractor reading the hook point with an option of its own (a `workbench analyze` flag), an extractor the explorer
+shows (its kind, label and hook point declared in the registration), a figure (data + plot) and a student of the
+teacher-vs-compressed comparison; tests/test_contract.py drives it end to end."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import xarray as xr
 from timm.models import register_model
 
 from methods.hooks import HookPoint, run_with_cache
-from methods.io import atomic_save_safetensors
-from workbench.analysis import ExtractorOption, register
+from workbench.analysis import ExploreKind, ExtractorOption, get_extractor, register
 from workbench.figures import dataset, figure, student
 from workbench.pipelines import Method, Option, register_method
 from workbench.pipelines.common import accuracy, load_teacher, method_data, run_tag, student_run
+from workbench.runtime import atomic_save_safetensors
 
 
 class Scaled(nn.Module):
@@ -60,6 +61,13 @@ def extract_logits(model, images, *, layers=None, targets=None, offset: float = 
     _, cache = run_with_cache(model, images, names="hook_logits")
     return xr.Dataset({"logits": (("sample", "class"), cache["hook_logits"].cpu().numpy() + offset)}).assign_attrs(
         analysis="toy_logits", config=f'{{"offset": {offset}}}')
+
+
+@register("toy_attention", explore=ExploreKind("toy_attention", "toy attention", ("hook_logits",), 0))
+def extract_toy_attention(model, images, *, layers=None, targets=None) -> xr.Dataset:
+    """The base ViT's attention as the toy's own map: an explorer kind of the toy's (models with ``hook_logits``)."""
+    ds = get_extractor("attention")(model.base, images, layers=layers)
+    return ds.rename(attention="toy_attention").assign_attrs(analysis="toy_attention")
 
 
 @dataset("toy.logits", after=("teacher.vit",))

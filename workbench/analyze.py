@@ -26,11 +26,11 @@ def analyze(kind: str, model: str, images: str, *, checkpoint: str | None = None
     """
     import torch
 
-    from methods.train import resolve_device
     from workbench.analysis import get_extractor
     from workbench.data import load_images
     from workbench.models import load_model
     from workbench.provenance import stamp
+    from workbench.runtime import resolve_device
 
     extractor = get_extractor(kind)
     dev = resolve_device(device)

@@ -35,6 +35,8 @@ EXAMPLES = {
         "--student small=deit_small_patch16_224 --checkpoint small=deit_small.safetensors "
         "--images skimage:astronaut,chelsea,coffee,rocket --out stores/deit.nc"
     ),
+    "explain": ("workbench explain --method generic_attention,rollout,gradcam,ig --model teacher-vit-demo "
+                "--images 'demo:val[:16]' --perturbation --out stores/explain.nc"),
     "inspect": "workbench inspect stores/vit.nc\n  workbench inspect stores/val.zarr",
     "stream": ("workbench analyze attention --model teacher-vit-demo --images demo:val --queries cls --dtype float16 "
                "--out stores/val.zarr\n"
@@ -156,6 +158,12 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
             "attributions and their faithfulness); write one xarray store.", EXAMPLES["compare"])
     if command == "compare":
         _compare_flags(c)
+    e = add(sub, "explain", "Explain a model's decisions with the field's attribution methods (and test their "
+            "faithfulness); write one xarray store.", EXAMPLES["explain"])
+    if command == "explain":
+        from workbench.explain.run import add_explain_flags
+
+        add_explain_flags(e)
     i = add(sub, "inspect", "Summarise a store: variables, dims and provenance (checks that it opens).", EXAMPLES["inspect"])
     i.add_argument("store", help="path of a .nc or .zarr store")
     r = add(sub, "reduce", "Reduce a store over samples (mean, std, quantile, top-k; per group with --by), lazily with "
@@ -424,41 +432,22 @@ def cmd_reduce(args) -> int:
     return run(args)
 
 
-def _figures_setup(args) -> None:
-    """--data and the budget overrides, for this process's contexts and the spawned workers' (their environment)."""
-    import os
+def _figures_scope(args) -> dict:
+    """--data and the budget overrides of ``workbench figures``: the ``data`` and ``overrides`` of its contexts (the
+    spawned workers' too: they get them as arguments).
 
-    from workbench.figures.context import DATA_ENV, OVERRIDES_ENV
+    Raises:
+        ValueError: the paper profile without --data.
+    """
     from workbench.profiles import get_profile
 
     if get_profile(args.profile).is_paper and args.data is None:
         raise ValueError("figures on the paper profile draw from your runs and data: pass --data ROOT (the ImageFolder "
                          "your teacher runs were recorded or trained on)")
-    overrides = _overrides(args)
-    for name, value in ((DATA_ENV, args.data), (OVERRIDES_ENV, json.dumps(overrides.to_dict()) if overrides else None)):
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    return {"data": args.data, "overrides": _overrides(args)}
 
 
 def cmd_figures(args) -> int:
-    import os
-
-    from workbench.figures.context import DATA_ENV, OVERRIDES_ENV
-
-    saved = {k: os.environ.get(k) for k in (DATA_ENV, OVERRIDES_ENV)}
-    try:
-        return _figures(args)
-    finally:  # the figures' --data and overrides end with the command (tests and notebooks call main in-process)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _figures(args) -> int:
     import time
 
     from rich.console import Console
@@ -480,7 +469,7 @@ def _figures(args) -> int:
     from workbench.figures.schedule import default_jobs, prepare
 
     specs = list(F.load_all().values()) if args.all else F.get(args.ids)
-    _figures_setup(args)
+    scope = _figures_scope(args)
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     t0 = time.perf_counter()
@@ -504,11 +493,11 @@ def _figures(args) -> int:
             log(f"drawing {len(early)} figures beside the {len(exclusive)} timing steps (one process)")
             prog.start_task(fig_task)
             background.append(BackgroundDraw(early, args.profile, args.out, device=args.device, reuse=not args.force,
-                                             formats=formats, on_done=lambda i: prog.advance(fig_task)))
+                                             formats=formats, on_done=lambda i: prog.advance(fig_task), **scope))
 
         try:
             prepare(steps, jobs=jobs, profile=args.profile, device=args.device, force=args.force, log=log,
-                    on_done=lambda i, sec: prog.advance(task), before_exclusive=draw_beside)
+                    on_done=lambda i, sec: prog.advance(task), before_exclusive=draw_beside, **scope)
         except BaseException:
             for b in background:
                 b.cancel()
@@ -520,7 +509,7 @@ def _figures(args) -> int:
         more, reused_late = draw_all(late, args.profile, args.out, jobs=min(args.jobs or default_jobs(args.device),
                                                                             max(1, len(late))),
                                      device=args.device, reuse=not args.force, log=log,
-                                     on_done=lambda i: prog.advance(fig_task), formats=formats)
+                                     on_done=lambda i: prog.advance(fig_task), formats=formats, **scope)
         written, reused = written + more, reused + reused_late
     t2 = time.perf_counter()
     beside = f", {len(early)} of them beside the timing steps" if early else ""
@@ -528,6 +517,12 @@ def _figures(args) -> int:
           f"items ({reused} unchanged since they were drawn{beside}); {t2 - t1:.0f} s after the preparation")
     print(f"wrote {len(written)} files to {args.out}/ (gallery: {args.out}/index.md)")
     return 0
+
+
+def cmd_explain(args) -> int:
+    from workbench.explain.run import cmd_explain as run
+
+    return run(args)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -541,7 +536,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser(_command(argv)).parse_args(argv)
-    handlers = {"info": cmd_info, "train": cmd_train, "analyze": cmd_analyze, "compare": cmd_compare,
+    handlers = {"info": cmd_info, "train": cmd_train, "analyze": cmd_analyze, "compare": cmd_compare, "explain": cmd_explain,
                 "figures": cmd_figures, "inspect": cmd_inspect, "run": cmd_run, "reduce": cmd_reduce}
     try:
         with warnings.catch_warnings():

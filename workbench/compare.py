@@ -87,8 +87,8 @@ def load_models(teacher: str, students: Sequence[str] | Mapping[str, str], *,
         ValueError: an unknown model, a checkpoint for an unknown label or for a run, a student labelled like
             the teacher, models that take different input sizes or normalisations.
     """
-    from methods.train import resolve_device
     from workbench.models import load_model
+    from workbench.runtime import resolve_device
 
     studs = parse_students(students)
     if teacher_name in studs:

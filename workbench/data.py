@@ -37,9 +37,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from methods.io import atomic_path
 from workbench.profiles import Profile, get_profile
 from workbench.provenance import DataSource
+from workbench.runtime import atomic_path
 
 DEMO_SEED = 0  # seed of the fixed train/val split
 DEMO_VAL_SIZE = 1000  # held-out images (100 per class)

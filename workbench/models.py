@@ -11,7 +11,9 @@ A model reference is one of
   checkpoint the model keeps its random initial weights, with a :class:`~workbench.provenance.RandomInitWarning`
   and ``weights: random-init`` in its provenance. Those weights are drawn from a fixed seed (``seed``, default
   :data:`DEFAULT_INIT_SEED`; recorded as ``init_seed``), so two calls, two torchrun ranks, or a resumed streamed
-  store all see the same network.
+  store all see the same network;
+- ``hf:DIR``: a Hugging Face ``transformers`` ``save_pretrained`` folder, converted to the equivalent timm model
+  with its image processor's size, mean and std (:mod:`workbench.hf`).
 
 Every loaded model's provenance carries ``weights_sha256`` (:func:`state_dict_sha256`): a hash of the weights
 themselves, which a resumed store checks whatever their origin.
@@ -29,15 +31,12 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from workbench.checkpoints import CheckpointError, check_finite_weights, load_weights, read_state_dict  # noqa: F401  (re-exported)
 from workbench.provenance import RANDOM_INIT, ModelSource, RandomInitWarning
 from workbench.runs import Run, RunError, find_run, sha256_file
 
 #: seed of the random initial weights of a timm name loaded without a checkpoint (``--seed`` of ``workbench analyze``)
 DEFAULT_INIT_SEED = 0
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file is missing, unreadable, unsafe, or does not fit the architecture."""
 
 
 @dataclass
@@ -62,6 +61,7 @@ def create_model(name: str, *, pretrained: bool = False, **kwargs) -> nn.Module:
     from methods import register_models
 
     register_models()  # the demo teachers and every method's model forms are timm names
+    import workbench.hf.archs  # noqa: F401  (hf_vit, hf_swin: the architectures of converted Hugging Face folders)
 
     if not timm.is_model(name):
         close = timm.list_models(f"*{name.split('_')[0]}*")[:8]
@@ -73,85 +73,6 @@ def create_model(name: str, *, pretrained: bool = False, **kwargs) -> nn.Module:
             f"safetensors.torch.save_file(model.state_dict(), 'weights.safetensors')), then pass --checkpoint weights.safetensors"
         )
     return timm.create_model(name, pretrained=False, **kwargs)
-
-
-def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
-    """Read weights from ``.safetensors`` or (``weights_only=True``) ``.pt``/``.pth``.
-
-    Raises:
-        CheckpointError: missing file, unknown suffix, damaged file, or a pickle that needs code.
-    """
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        try:
-            return load_file(str(path))
-        except Exception as err:
-            raise CheckpointError(f"checkpoint {str(path)!r} is not a readable safetensors file ({err})") from err
-    if path.suffix in (".pt", ".pth", ".bin"):
-        try:
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as err:
-            raise CheckpointError(
-                f"checkpoint {str(path)!r} cannot be loaded with weights_only=True: it pickles objects other than "
-                f"tensors, and unpickling could run arbitrary code. If you trust it, convert it once to safetensors "
-                f"(load it yourself and save model.state_dict() with safetensors.torch.save_file). Detail: {str(err).splitlines()[0]}"
-            ) from None
-        for key in ("state_dict", "model", "model_ema"):
-            if isinstance(obj, dict) and isinstance(obj.get(key), dict):
-                obj = obj[key]
-                break
-        if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-            raise CheckpointError(f"checkpoint {str(path)!r} holds no state dict of tensors")
-        return obj
-    raise CheckpointError(f"checkpoint {str(path)!r}: unknown format {path.suffix!r}; use .safetensors, .pt or .pth")
-
-
-def load_weights(model: nn.Module, state: dict[str, torch.Tensor], *, what: str) -> None:
-    """Load ``state`` strictly, naming mismatched keys and shapes on failure.
-
-    Raises:
-        CheckpointError: the checkpoint belongs to another architecture.
-    """
-    own = model.state_dict()
-    missing = [k for k in own if k not in state]
-    unexpected = [k for k in state if k not in own]
-    shapes = [f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in own if k in state and state[k].shape != own[k].shape]
-    if missing or unexpected or shapes:
-        def few(xs):
-            return ", ".join(xs[:6]) + (f", ... ({len(xs)} in all)" if len(xs) > 6 else "")
-
-        parts = [f"missing keys: {few(missing)}" if missing else "", f"unexpected keys: {few(unexpected)}" if unexpected else "",
-                 f"shape mismatches (checkpoint vs model): {few(shapes)}" if shapes else ""]
-        raise CheckpointError(f"{what} does not fit the architecture {type(model).__name__}: " + "; ".join(p for p in parts if p)
-                              + ". Pass the --model the checkpoint was trained as.")
-    check_finite_weights(state, what=what)
-    model.load_state_dict(state)
-
-
-def check_finite_weights(state: dict[str, torch.Tensor], *, what: str) -> None:
-    """Refuse a state dict with a NaN or ±inf in any floating tensor (a diverged training, a damaged file).
-
-    Raises:
-        CheckpointError: naming the first bad tensor, its NaN / inf counts and how many tensors are affected.
-    """
-    bad = []
-    for name, t in state.items():
-        if t.is_floating_point() or t.is_complex():
-            finite = torch.isfinite(t)
-            if not bool(finite.all()):
-                bad.append((name, int(torch.isnan(t).sum()), int((~finite).sum()) - int(torch.isnan(t).sum()), t.numel()))
-    if bad:
-        name, nan, inf, numel = bad[0]
-        more = f" (and {len(bad) - 1} more tensor{'s' if len(bad) > 2 else ''})" if len(bad) > 1 else ""
-        raise CheckpointError(
-            f"{what} holds non-finite weights: tensor {name!r} has {nan} NaN and {inf} inf of {numel} values{more}. "
-            "Every analysis of it would be meaningless. The training that wrote it diverged (retrain it, e.g. with a "
-            "lower learning rate or gradient clipping, or resume from an earlier finite checkpoint) or the file is "
-            "damaged (export it again).")
 
 
 def state_dict_sha256(model: nn.Module) -> str:
@@ -180,7 +101,8 @@ def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | 
     """Load a model by run id/dir or timm name (+ optional checkpoint), in eval mode.
 
     Args:
-        ref: run id, run directory, or timm architecture name.
+        ref: run id, run directory, timm architecture name, ``hf:DIR`` (a Hugging Face folder), or a ``transformers``
+            model object (:func:`workbench.hf.from_transformers`).
         checkpoint: local weights for a timm name (not allowed with a run).
         device: where to put the model.
         seed: seed of the random initial weights of a timm name without a checkpoint (ignored otherwise).
@@ -198,6 +120,8 @@ def load_model(ref: str, *, checkpoint: str | Path | None = None, device: str | 
         >>> loaded.input_size, loaded.source.weights, loaded.model.training
         ((1, 28, 28), 'random-init', False)
     """
+    if (isinstance(ref, str) and ref.startswith("hf:")) or _is_transformers_model(ref):  # Hugging Face (workbench.hf)
+        return _load_hf(ref, checkpoint=checkpoint, device=device, kwargs=kwargs)
     run = _maybe_run(ref)
     if run is not None:
         if checkpoint is not None:
@@ -243,6 +167,30 @@ def run_model_spec(run: Run) -> tuple[str, dict]:
     if spec:
         return spec["name"], dict(spec.get("kwargs") or {})
     return run.config["model_name"], dict(run.config.get("model_kwargs") or {})
+
+
+def _load_hf(ref, *, checkpoint, device, kwargs: dict) -> LoadedModel:
+    """``hf:DIR`` or a ``transformers`` model object as its converted timm model (:mod:`workbench.hf`)."""
+    from workbench.hf import from_transformers, load_hf
+
+    what = str(ref) if isinstance(ref, str) else type(ref).__name__
+    if checkpoint is not None or kwargs:
+        raise ValueError(f"{what!r} is a Hugging Face folder or model with its own weights and config; drop "
+                         f"{'--checkpoint' if checkpoint is not None else ', '.join(kwargs)}")
+    if isinstance(ref, str):
+        converted, folder = load_hf(ref, device=device)
+        name, sha = f"hf:{folder.path.resolve()}", folder.sha256()  # absolute: a relative folder names nothing later
+    else:
+        converted, sha = from_transformers(ref, device=device)
+        name = f"transformers:{type(ref).__name__}"
+    cfg = converted.data_config
+    source = ModelSource(name, "teacher", sha, None, weights_sha256=state_dict_sha256(converted.model))
+    return LoadedModel(converted.model, source, tuple(cfg["input_size"]), tuple(cfg["mean"]), tuple(cfg["std"]))
+
+
+def _is_transformers_model(obj: object) -> bool:
+    """A ``transformers`` ``PreTrainedModel`` (checked by class names: transformers is not imported)."""
+    return any(c.__name__ == "PreTrainedModel" and c.__module__.startswith("transformers") for c in type(obj).__mro__)
 
 
 def _maybe_run(ref: str) -> Run | None:

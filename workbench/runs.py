@@ -8,8 +8,8 @@ A run directory holds one training's ``config.json``, its checkpoint ``model.saf
 retrained; a failed or interrupted one resumes from its last checkpoint when the same command comes
 again, and is replaced when a command with another config asks for its id (nothing was built on an
 unfinished run); ``force=True`` starts afresh, but never under runs that other commands built on it
-(:func:`dependants`). Inside :func:`id_scope` every id gets the scope's suffix (``far-vit-demo+e1.n12``):
-the budget overrides and data a run was made with are part of its name.
+(:func:`dependants`). The budget overrides and data a run was made with are part of its id
+(:func:`suffixed_id`: ``far-vit-demo+e1.n12``), given by the caller (``RunRequest.run_id``).
 Runs live under ``$WORKBENCH_HOME/runs`` (default ``~/.cache/vit-workbench/runs``), so the CLI,
 notebooks and figures find the same runs whatever the working directory.
 """
@@ -17,7 +17,6 @@ notebooks and figures find the same runs whatever the working directory.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import hashlib
 import json
 import os
@@ -27,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from methods.io import atomic_write_text
 from workbench.provenance import now_iso, versions
+from workbench.runtime import atomic_write_text
 
 #: Callables told of every logged epoch, ``fn(run, epoch, metrics)`` (e.g. to forward progress from
 #: the worker processes of ``workbench figures``). Empty unless somebody registers one.
@@ -135,7 +134,7 @@ class Run:
     def phase_dir(self, name: str) -> Path:
         """A sub-directory for one phase of a multi-phase method (its own epoch checkpoints; made by rank 0 alone
         under torchrun, the others only read it)."""
-        from methods.train import is_main
+        from workbench.runtime import is_main
 
         path = self.dir / name
         if is_main():
@@ -153,23 +152,11 @@ def find_run(ref: str | Path | Run) -> Run | None:
         return Run(path)
     path = runs_root() / str(ref)
     return Run(path) if (path / "manifest.json").exists() else None
-#: Suffix of every run id created by :func:`ensure_run` in this context (:func:`id_scope`).
-_ID_SUFFIX: contextvars.ContextVar[str] = contextvars.ContextVar("workbench_run_id_suffix", default="")
 
 
-@contextlib.contextmanager
-def id_scope(suffix: str):
-    """Within the block, :func:`ensure_run` names its runs ``<id>+<suffix>`` (no change for an empty suffix)."""
-    token = _ID_SUFFIX.set(suffix)
-    try:
-        yield
-    finally:
-        _ID_SUFFIX.reset(token)
-
-
-def scoped_id(run_id: str) -> str:
-    """``run_id`` as :func:`ensure_run` names it in the current :func:`id_scope`."""
-    suffix = _ID_SUFFIX.get()
+def suffixed_id(run_id: str, suffix: str) -> str:
+    """``run_id`` with ``suffix`` (what else defines the run: its data, its budget overrides) after one ``+``:
+    ``far-vit-demo`` -> ``far-vit-demo+e1.n12``, ``x+flowers_3fa2`` -> ``x+flowers_3fa2.e1`` (no change for "")."""
     if not suffix:
         return run_id
     return f"{run_id}{'.' if '+' in run_id.rsplit('-', 1)[-1] else '+'}{suffix}"  # one "+" part per id
@@ -243,9 +230,8 @@ def ensure_run(
         RunError: a complete run of that id has a different config (pass ``force=True``), or ``force`` would
             replace a run others were built on.
     """
-    from methods.train import barrier, is_main, main_decides
+    from workbench.runtime import barrier, is_main, main_decides
 
-    run_id = scoped_id(run_id)
     run_dir = runs_root() / run_id
     config_sha = hashlib.sha256(_canonical(config).encode()).hexdigest()
     # Under torchrun rank 0 alone keeps the record: it decides (reuse, train, or refuse) and prepares the directory

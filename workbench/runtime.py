@@ -1,13 +1,49 @@
-"""Where the workbench runs: the device, CPU threads, atomic file writes.
+"""The workbench's one door to :mod:`methods.train` and :mod:`methods.io`: device, CPU threads, distributed
+ranks, atomic writes and the training loop.
 
 The implementations live in :mod:`methods.train` and :mod:`methods.io` (training needs them and ``methods`` never
-imports ``workbench``); this module is their workbench-level home, so that figures, the CLI and the scheduler reach
-them without importing ``methods``.
+imports ``workbench``); every workbench module — the CLI, figures, the explorer, the scheduler and the pipelines —
+takes them from here, never from ``methods`` (``tests/test_imports.py`` checks it transitively). The atomic writes
+come with this module (light: no torch); the rest is imported from :mod:`methods.train` (torch, timm) on first
+use, so that reading a store or listing the figures stays torch-free.
 """
 
 from __future__ import annotations
 
-from methods.io import atomic_path, atomic_write_text
-from methods.train import cpu_threads, resolve_device
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["atomic_path", "atomic_write_text", "cpu_threads", "resolve_device"]
+from methods.io import atomic_path, atomic_write_text
+
+if TYPE_CHECKING:
+    from methods.train import (  # noqa: F401
+        TrainConfig,
+        TrainHook,
+        atomic_save_safetensors,
+        barrier,
+        cpu_threads,
+        evaluate,
+        fit,
+        init_distributed,
+        is_main,
+        main_decides,
+        mixup_cutmix,
+        repeated_augmentation,
+        resolve_device,
+        soft_target_cross_entropy,
+        workers_for,
+    )
+
+#: names served from :mod:`methods.train`, imported on first use
+TRAIN = ("TrainConfig", "TrainHook", "atomic_save_safetensors", "barrier", "cpu_threads", "evaluate", "fit",
+         "init_distributed", "is_main", "main_decides", "mixup_cutmix", "repeated_augmentation", "resolve_device",
+         "soft_target_cross_entropy", "workers_for")
+
+__all__ = ["atomic_path", "atomic_write_text", *TRAIN]
+
+
+def __getattr__(name: str) -> Any:
+    if name in TRAIN:
+        import methods.train as train
+
+        return getattr(train, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import xarray as xr
 
-from methods.io import atomic_path
 from workbench.provenance import NULL, REQUIRED_ATTRS
+from workbench.runtime import atomic_path
 
 SUFFIX = ".nc"
 

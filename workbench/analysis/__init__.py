@@ -12,15 +12,24 @@ the CLI and the shared test table find them all. A registration also declares
 - ``options``: the extractor's own keyword options the CLI offers (:class:`ExtractorOption`), which become
   ``workbench analyze`` flags (:func:`cli_options` merges them over every extractor);
 - ``example``: a tiny model it applies to, an input shape and a layer subset (:class:`Example`), on which
-  ``tests/test_extractors.py`` checks the guarantees every extractor shares.
+  ``tests/test_extractors.py`` checks the guarantees every extractor shares;
+- ``explore``: for an extractor of token-to-token maps, how the explorer (:mod:`workbench.explore`) shows them
+  (:class:`ExploreKind`: the map variable, what it measures, the hook points that select it for a model). The
+  explorer asks :func:`explore_kinds` / :func:`explore_kind_of`, so a new kind needs no edit in the explorer.
+  Reading a store needs no torch: :func:`explore_kinds` ``(load=False)`` reads this package's registrations from
+  its source instead of importing the extractors.
 """
 
 from __future__ import annotations
 
+import ast
+import fnmatch
+import functools
 import importlib
 import pkgutil
-from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Callable, Literal, Protocol
 
 import xarray as xr
 
@@ -52,20 +61,48 @@ class Example:
     layers: tuple[int, ...]  # a subset of its layers for the ``layers=`` check
 
 
+@dataclass(frozen=True)
+class ExploreKind:
+    """How the explorer shows an extractor's maps: one row ``map[sample, layer, head, query, :]`` per click."""
+
+    variable: str  # the Dataset variable holding the map, e.g. "attention"
+    label: str  # what the map measures, in every panel's title, e.g. "gradient saliency"
+    hooks: tuple[str, ...]  # fnmatch patterns of hook-point names: a model with a point matching one is shown this way
+    order: int  # the explorer tries the kinds lowest first: a kind whose models also match another's patterns comes
+    # before it (Sparsifiner's ``attn.hook_mask`` before plain attention's ``attn.hook_pattern``)
+    layout: Literal["tokens", "windows", "stages"] = "tokens"  # the keys: tokens on the patch grid (prefix tokens
+    # aside), Swin windows on a stage's map, or one map per stage on the input pixels (same for every query)
+    outline: str | None = None  # a bool variable (like the map) whose True keys are outlined (kept keys), or None
+    prepare: Callable[[], None] | None = None  # run once before the explorer reads a model's hook points (e.g.
+    # registering a hook-point adapter its models need), or None
+    masks: Callable[[Any], Any] | None = None  # model -> ``{layer: (window, head) bool}`` active pairs, greyed
+    # where False (None: nothing pruned), or None
+    hint: Callable[[Any], str | None] | None = None  # model no kind shows -> why this kind cannot (e.g. a pruned
+    # deploy form), or None
+
+    def shows(self, hook_names) -> bool:
+        """Whether a model with these hook-point names is shown this way."""
+        return any(fnmatch.fnmatchcase(n, p) for p in self.hooks for n in hook_names)
+
+
 EXTRACTORS: dict[str, Extractor] = {}
 OPTIONS: dict[str, tuple[ExtractorOption, ...]] = {}  # extractor name -> its CLI options
 EXAMPLES: dict[str, Example] = {}  # extractor name -> its example
+EXPLORE: dict[str, ExploreKind] = {}  # extractor name -> how the explorer shows its maps
 
 
-def register(name: str, *, options: tuple[ExtractorOption, ...] = (), example: Example | None = None
-             ) -> Callable[[Extractor], Extractor]:
-    """Decorator: register ``fn`` as the extractor called ``name``, with its CLI ``options`` and ``example``."""
+def register(name: str, *, options: tuple[ExtractorOption, ...] = (), example: Example | None = None,
+             explore: ExploreKind | None = None) -> Callable[[Extractor], Extractor]:
+    """Decorator: register ``fn`` as the extractor called ``name``, with its CLI ``options``, ``example`` and, for
+    token-to-token maps, how the explorer shows them (``explore``)."""
 
     def deco(fn: Extractor) -> Extractor:
         EXTRACTORS[name] = fn
         OPTIONS[name] = tuple(options)
         if example is not None:
             EXAMPLES[name] = example
+        if explore is not None:
+            EXPLORE[name] = explore
         return fn
 
     return deco
@@ -121,3 +158,58 @@ def load_all() -> dict[str, Extractor]:
     for info in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{info.name}")
     return EXTRACTORS
+
+
+def explore_kinds(load: bool = True) -> dict[str, ExploreKind]:
+    """Extractor name -> :class:`ExploreKind`, every registered one, in the order the explorer tries them.
+
+    ``load=False`` imports no extractor (no torch: the explorer reading stores): the registrations made so far, and
+    those of this package's modules read from their source — the literal fields of each ``register(...,
+    explore=ExploreKind(...))``; its functions (``prepare``, ``masks``, ``hint``) are left None, reading a store
+    needs none of them.
+    """
+    if load:
+        load_all()
+        kinds = dict(EXPLORE)
+    else:
+        kinds = {**_declared_kinds(), **EXPLORE}
+    return dict(sorted(kinds.items(), key=lambda kv: (kv[1].order, kv[0])))
+
+
+@functools.cache
+def _declared_kinds() -> dict[str, ExploreKind]:
+    """The ``register("name", explore=ExploreKind(...))`` calls in this package's source, literal fields only."""
+    out: dict[str, ExploreKind] = {}
+    literal = {f.name for f in fields(ExploreKind) if f.name not in ("prepare", "masks", "hint")}
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        text = path.read_text()
+        if "explore=ExploreKind(" not in text:
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register" and node.args):
+                continue
+            spec = next((k.value for k in node.keywords if k.arg == "explore"), None)
+            if isinstance(spec, ast.Call) and getattr(spec.func, "id", None) == "ExploreKind":
+                names = [f.name for f in fields(ExploreKind)]
+                args = dict(zip(names, (ast.literal_eval(a) for a in spec.args)))
+                args.update({k.arg: ast.literal_eval(k.value) for k in spec.keywords if k.arg in literal})
+                out[ast.literal_eval(node.args[0])] = ExploreKind(**args)
+    return out
+
+
+def hook_names(model) -> list[str]:
+    """The names of ``model``'s hook points (:func:`methods.hooks.hook_points`), in module order."""
+    from methods.hooks import hook_points
+
+    return list(hook_points(model))
+
+
+def explore_kind_of(model) -> str | None:
+    """The registered explorer kind that shows ``model`` (the first, in :func:`explore_kinds` order, one of whose
+    hook-point patterns the model has), or None."""
+    kinds = explore_kinds()
+    for kind in kinds.values():
+        if kind.prepare is not None:
+            kind.prepare()
+    names = hook_names(model)
+    return next((name for name, kind in kinds.items() if kind.shows(names)), None)

@@ -31,8 +31,9 @@ import xarray as xr
 from einops import rearrange
 
 from methods.hooks import hook_points, run_with_cache
-from workbench.analysis import Example, examples, register
+from workbench.analysis import Example, ExploreKind, examples, register
 from workbench.analysis.tokens import vit_token_layout, window_coords, window_grid, window_token_map_yx
+from workbench.analysis.window_saliency import active_pairs, deploy_form_hint, gated_hooks
 from workbench.provenance import config_json
 from workbench.xrutils import layer_config, pad_stack
 
@@ -113,7 +114,8 @@ def record(model: nn.Module, images: torch.Tensor, names: Sequence[str]) -> dict
     return cache
 
 
-@register("attention", example=Example(examples.vit, (2, 1, 28, 28), (0, 2)))
+@register("attention", example=Example(examples.vit, (2, 1, 28, 28), (0, 2)),
+          explore=ExploreKind("attention", "attention", ("blocks.*attn.hook_pattern",), 40))
 def extract_attention(
     model: nn.Module, images: torch.Tensor, *, layers: int | Sequence[int] | None = None, targets: torch.Tensor | None = None
 ) -> xr.Dataset:
@@ -184,7 +186,9 @@ def extract_attention(
     return ds.assign_attrs(analysis="attention", config=config_json(layers=layer_config(layers)))
 
 
-@register("window_attention", example=Example(examples.swin, (2, 1, 32, 32), (0, 1)))
+@register("window_attention", example=Example(examples.swin, (2, 1, 32, 32), (0, 1)),
+          explore=ExploreKind("attention", "window attention", ("layers.*attn.hook_pattern",), 30, layout="windows",
+                              prepare=gated_hooks, masks=active_pairs, hint=deploy_form_hint))
 def extract_window_attention(
     model: nn.Module,
     images: torch.Tensor,

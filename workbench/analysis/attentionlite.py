@@ -31,7 +31,7 @@ import xarray as xr
 
 from methods.attentionlite import at_map, stage_names
 from methods.hooks import hook_points, run_with_cache
-from workbench.analysis import Example, examples, register
+from workbench.analysis import Example, ExploreKind, examples, register
 from workbench.provenance import config_json
 from workbench.xrutils import layer_config, pad_stack
 
@@ -76,7 +76,8 @@ def _select(n: int, layers: int | Sequence[int] | None, what: str) -> list[int]:
     return sorted(out)
 
 
-@register("at_maps", example=Example(examples.sa_resnet, (2, 1, 12, 12), (0, 1)))
+@register("at_maps", example=Example(examples.sa_resnet, (2, 1, 12, 12), (0, 1)),
+          explore=ExploreKind("at_map", "attention-transfer map", ("stages.*.hook_out",), 50, layout="stages"))
 @torch.no_grad()
 def extract_at_maps(model: nn.Module, images: torch.Tensor, *, layers: int | Sequence[int] | None = None,
                     targets: torch.Tensor | None = None, p: float = 2.0) -> xr.Dataset:

@@ -85,8 +85,8 @@ from einops import rearrange
 from methods.devices import differentiable
 from methods.far import check_vit
 from methods.hooks import run_with_cache
-from workbench.analysis import Example, ExtractorOption, examples, register
-from workbench.analysis.head_fns import WRT, HeadFn, Wrt, head_output_fn
+from workbench.analysis import Example, ExploreKind, ExtractorOption, examples, register
+from workbench.analysis.head_fns import WRT, HeadFn, Wrt, head_output_fn, is_far_substitute
 from workbench.analysis.tokens import vit_token_layout
 from workbench.provenance import config_json
 
@@ -322,9 +322,7 @@ def block_inputs(
     layers = list(range(depth)) if layers is None else [int(i) % depth for i in layers]
     names = [f"blocks.{i}.{_WRT_HOOKS[wrt]}" for i in layers]
     if wrt == "lstm_input":
-        from methods.far import MultiHeadBiLSTM
-
-        plain = [i for i in layers if not isinstance(model.blocks[i].attn, MultiHeadBiLSTM)]
+        plain = [i for i in layers if not is_far_substitute(model.blocks[i].attn)]
         if plain:
             raise ValueError(f"wrt='lstm_input' needs FAR substitutes; blocks {plain} hold attention (use wrt='mixer_input')")
     _, cache = run_with_cache(model, images, names=names, stop_early=True)
@@ -410,7 +408,8 @@ _WRT_LABEL = {"residual": "x_l", "mixer_input": "LN1(x_l)", "lstm_input": "the L
 @register("dependency", options=(ExtractorOption("wrt", "differentiate by the token-mixer input (default), the block input, "
                                     "or FAR's LSTM input", choices=("mixer_input", "residual", "lstm_input")),
                      ExtractorOption("norm", "norm of the gradient (default l2)", choices=("l2", "l1"))),
-          example=Example(examples.far, (2, 1, 28, 28), (0, 2)))
+          example=Example(examples.far, (2, 1, 28, 28), (0, 2)),
+          explore=ExploreKind("dependency", "gradient saliency", ("*attn.hook_lstm_in",), 10))
 def extract_dependency(
     model: nn.Module,
     images: torch.Tensor,

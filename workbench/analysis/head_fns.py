@@ -25,14 +25,18 @@ model's hook points in tests/test_dependency.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Optional, Sequence
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
 
-from methods.far import MultiHeadBiLSTM, bilstm_head_adjoint
+from methods.far import bilstm_head_adjoint
+from methods.hooks import hook_points
+
+if TYPE_CHECKING:
+    from methods.far import MultiHeadBiLSTM
 
 #: What a dependency differentiates by (:mod:`workbench.analysis.dependency`).
 Wrt = Literal["mixer_input", "residual", "lstm_input"]
@@ -322,6 +326,11 @@ def _attention_head_fn(block: nn.Module, wrt: str) -> HeadFn:
     )
 
 
+def is_far_substitute(attn: nn.Module | None) -> bool:
+    """Whether ``attn`` is a FAR substitute, by its hook point ``hook_lstm_in`` (the LSTM inputs), not its type."""
+    return isinstance(attn, nn.Module) and "hook_lstm_in" in hook_points(attn)
+
+
 def head_output_fn(block: nn.Module, wrt: Wrt = "mixer_input") -> HeadFn:
     """Per-head outputs of a timm ViT ``Block`` (teacher ``Attention`` or FAR substitute).
 
@@ -343,7 +352,7 @@ def head_output_fn(block: nn.Module, wrt: Wrt = "mixer_input") -> HeadFn:
     if wrt not in WRT:
         raise ValueError(f"wrt must be one of {', '.join(map(repr, WRT))}, got {wrt!r}")
     attn = getattr(block, "attn", None)
-    if isinstance(attn, MultiHeadBiLSTM):
+    if is_far_substitute(attn):
         return _far_head_fn(block, wrt)
     if attn is not None and all(hasattr(attn, a) for a in ("qkv", "num_heads", "head_dim", "scale")):
         return _attention_head_fn(block, wrt)

@@ -28,7 +28,7 @@ import xarray as xr
 
 from methods.hooks import hook_points
 from methods.sparsifiner import sparse_attentions, sparse_basis
-from workbench.analysis import Example, examples, register
+from workbench.analysis import Example, ExploreKind, examples, register
 from workbench.analysis.attention import AttentionPoint, record, select_layers
 from workbench.analysis.tokens import vit_token_layout
 from workbench.provenance import config_json
@@ -111,7 +111,7 @@ _SPARSE_LABELS = (("attention", "probability", "sparse attention (Eq. 4-5) multi
 
 
 def _with_teacher_attention(ds: xr.Dataset, teacher: nn.Module | str, images: torch.Tensor,
-                            layer_ids: Sequence[int]) -> tuple[xr.Dataset, str]:
+                            layer_ids: Sequence[int], agreement: bool = True) -> tuple[xr.Dataset, str]:
     """``ds`` with the dense teacher's attention of the same layers and the masks' agreement with it, and the
     teacher's reference (for the config).
 
@@ -126,12 +126,15 @@ def _with_teacher_attention(ds: xr.Dataset, teacher: nn.Module | str, images: to
         raise ValueError(f"the teacher's attention has shape {t_attn.shape}, the student's masks {mask.shape}: "
                          "not the same token layout and heads")
     ds["teacher_attention"] = (mask.dims, t_attn)
+    if not agreement:  # the explorer's first click: the maps only
+        return ds, ref
     agree = mass_agreement(ds["mask"], ds["teacher_attention"])
     return ds.assign(teacher_mass=agree["mass"], teacher_oracle_mass=agree["oracle_mass"],
                      teacher_overlap=agree["overlap"]), ref
 
 
-@register("sparse_attention", example=Example(examples.sparsifiner, (2, 1, 28, 28), (0, 2)))
+@register("sparse_attention", example=Example(examples.sparsifiner, (2, 1, 28, 28), (0, 2)),
+          explore=ExploreKind("attention", "sparse attention", ("*attn.hook_mask",), 20, outline="mask"))
 def extract_sparse_attention(
     model: nn.Module,
     images: torch.Tensor,
@@ -139,6 +142,7 @@ def extract_sparse_attention(
     layers: int | Sequence[int] | None = None,
     targets: torch.Tensor | None = None,
     teacher: nn.Module | str | None = None,
+    agreement: bool = True,
 ) -> xr.Dataset:
     """Connectivity masks with the sparse and the full attention of the same queries (Fig. 3, 5).
 
@@ -150,6 +154,9 @@ def extract_sparse_attention(
         targets: unused.
         teacher: a dense ViT (eval-mode module, run id or timm name) on the same token layout: adds its attention
             and the mask's agreement with it.
+        agreement: add the mask's :func:`mass_agreement` summaries (``own_*``, ``chance_mass``, ``teacher_mass`` …);
+            False leaves them out (the live explorer, which shows maps only: at 577 tokens and 12 layers they take
+            ~5 s of a click, an argsort of every row).
 
     Returns:
         Dataset with ``mask(sample, layer, head, query, key)`` bool (prefix query rows all True),
@@ -158,9 +165,10 @@ def extract_sparse_attention(
         queries; ``kept(sample, layer, head, query)`` keys kept per query row; per layer ``budget`` (B),
         ``realised_keep_rate`` (mean kept / T over patch rows), ``kept_min`` / ``kept_max`` (over patch rows and
         samples: both B when the budget is met exactly), ``mask_sparsity`` (share of M off, prefix rows
-        included); :func:`mass_agreement` against the model's own dense attention (``own_mass``,
-        ``own_oracle_mass``, ``own_overlap``, ``chance_mass``); and with ``teacher``: ``teacher_attention``,
-        ``teacher_mass``, ``teacher_oracle_mass``, ``teacher_overlap``. Token coords as in the ``attention``
+        included); with ``agreement``, :func:`mass_agreement` against the model's own dense attention
+        (``own_mass``, ``own_oracle_mass``, ``own_overlap``, ``chance_mass``); with ``teacher``:
+        ``teacher_attention`` and (with ``agreement``) ``teacher_mass``, ``teacher_oracle_mass``,
+        ``teacher_overlap``. Token coords as in the ``attention``
         extractor. attrs ``analysis``, ``config``.
 
     Raises:
@@ -194,16 +202,19 @@ def extract_sparse_attention(
     ds["kept_max"] = patch_kept.max(("sample", "head", "query"))
     ds["realised_keep_rate"] = (patch_kept.mean(("sample", "head", "query")) / layout.num_tokens).astype(np.float32)
     ds["mask_sparsity"] = (1 - ds["mask"].mean(("sample", "head", "query", "key"))).astype(np.float32)
-    own = mass_agreement(ds["mask"], ds["full_attention"])
-    ds = ds.assign(own_mass=own["mass"], own_oracle_mass=own["oracle_mass"], own_overlap=own["overlap"],
-                   chance_mass=own["chance_mass"])
+    if agreement:
+        own = mass_agreement(ds["mask"], ds["full_attention"])
+        ds = ds.assign(own_mass=own["mass"], own_oracle_mass=own["oracle_mass"], own_overlap=own["overlap"],
+                       chance_mass=own["chance_mass"])
     ref = None
     if teacher is not None:
-        ds, ref = _with_teacher_attention(ds, teacher, images, layer_ids)
+        ds, ref = _with_teacher_attention(ds, teacher, images, layer_ids, agreement)
     for name, units, long in _SPARSE_LABELS:
         if name in ds:
             ds[name].attrs.update(units=units, long_name=long)
-    return ds.assign_attrs(analysis="sparse_attention", config=config_json(layers=layer_config(layers), teacher=ref))
+    summaries = {} if agreement else {"agreement": False}  # recorded only when off: earlier stores keep their config
+    return ds.assign_attrs(analysis="sparse_attention",
+                           config=config_json(layers=layer_config(layers), teacher=ref, **summaries))
 
 
 @register("sparse_basis", example=Example(examples.sparsifiner, (2, 1, 28, 28), (0, 2)))

@@ -36,7 +36,46 @@ from workbench.provenance import config_json
 
 Reduce = Literal["abs_of_mean", "abs", "signed"]
 
-__all__ = ["extract_window_saliency", "reduce_gradient"]
+__all__ = ["extract_window_saliency", "reduce_gradient", "gated_hooks", "active_pairs", "deploy_form_hint"]
+
+_GATED_HOOKS: list[bool] = []
+
+
+def gated_hooks() -> None:
+    """Give SlimSwin's gated window attention (``methods.slimswin.GatedWindowAttention``, which names no
+    ``hook_pattern`` of its own) the hook point of timm's ``WindowAttention`` (its ``attn_drop`` output), once per
+    process, so that the ``window_attention`` extractor reads a gated model (the explorer's ``prepare``)."""
+    if _GATED_HOOKS:
+        return
+    import methods.slimswin as ss
+    from methods.hooks import Site, adapter
+
+    def sites(attn) -> dict[str, Site]:
+        return {"hook_pattern": Site(attn.attn_drop, "output")}
+
+    adapter(ss.GatedWindowAttention)(sites)
+    _GATED_HOOKS.append(True)
+
+
+def active_pairs(model) -> dict[int, np.ndarray] | None:
+    """``{layer: (window, head) bool}`` the (window, head) pairs a SlimSwin model keeps (:func:`methods.slimswin.get_masks`);
+    None when nothing is pruned (a plain Swin teacher: no heads to grey)."""
+    import methods.slimswin as ss
+
+    masks = ss.get_masks(model)
+    if all(bool(m.all()) for m in masks):
+        return None
+    return {i: m.cpu().numpy() for i, m in enumerate(masks)}
+
+
+def deploy_form_hint(model) -> str | None:
+    """Why the explorer cannot show ``model``'s window attention when it is SlimSwin's pruned (deploy) form; else None."""
+    import methods.slimswin as ss
+
+    if any(isinstance(m, ss.PrunedWindowAttention) for m in model.modules()):
+        return ("this is SlimSwin's pruned (deploy) form, which computes only the active (window, head) pairs "
+                "and so has no attention maps to show; explore the run's gated model (load_model(run_id))")
+    return None
 
 
 def reduce_gradient(gradient: xr.DataArray, reduce: Reduce = "abs_of_mean") -> xr.DataArray:
@@ -205,7 +244,7 @@ def _gate_gradients(gated, images, target, selected: Sequence[int], batch_size: 
             loss = F.cross_entropy(gated(x), t, reduction="sum")  # sum_b loss_b: d/d probe[b] = G[b]
             g = torch.autograd.grad(loss, [probes[l] for l in selected])  # each (b, W, H)
         grads.append(torch.cat([gl.detach().reshape(x.shape[0], -1) for gl in g], dim=1).double().cpu())  # (b, pairs)
-    return torch.cat(grads).numpy()  # (B, pairs) in (layer, window, head) order
+    return torch.cat(grads).cpu().numpy()  # (B, pairs) in (layer, window, head) order
 
 
 def _gate_mode(model) -> str:

@@ -141,9 +141,9 @@ def build_state(teacher=None, students: Mapping[str, Any] | None = None, images:
 
 
 def _live_sources(teacher, students, images, checkpoints, teacher_name, device, img_size) -> dict:
-    from methods.train import resolve_device
     from workbench.data import load_images
     from workbench.explore.live import LiveModel
+    from workbench.runtime import resolve_device
 
     dev = resolve_device(device)
     refs = {teacher_name: teacher, **students}

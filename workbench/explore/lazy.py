@@ -28,8 +28,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from methods.far import MultiHeadBiLSTM
 from workbench.analysis.dependency import dependency_factored, head_output_fn
+from workbench.analysis.head_fns import is_far_substitute
 
 __all__ = ["query_rows", "Background"]
 
@@ -59,7 +59,7 @@ def query_rows(blocks: Sequence[nn.Module], inputs: Sequence[torch.Tensor], q: i
     out = np.full((len(blocks), max(heads), t_len), np.nan, np.float32)
     far_layers, lstm_in, seeds = [], [], []
     for l, (block, u) in enumerate(zip(blocks, inputs)):
-        if not isinstance(block.attn, MultiHeadBiLSTM):
+        if not is_far_substitute(block.attn):
             fn = head_output_fn(block, "mixer_input")
             out[l, :fn.num_heads] = dependency_factored(fn, u, [q])[0, :, 0].float().cpu().numpy()
             continue
@@ -83,9 +83,9 @@ def query_rows(blocks: Sequence[nn.Module], inputs: Sequence[torch.Tensor], q: i
     return out
 
 
-def _seed(sub: MultiHeadBiLSTM, inputs: torch.Tensor, q: int) -> torch.Tensor:
-    """Σ over heads and units of the BiLSTM outputs at token q, from the LSTM inputs ``(1, T, N·D_h)``: each LSTM runs
-    only the steps its output at q depends on (tokens ≤ q forwards, ≥ q in reverse)."""
+def _seed(sub: nn.Module, inputs: torch.Tensor, q: int) -> torch.Tensor:
+    """Σ over heads and units of a FAR substitute's BiLSTM outputs at token q, from the LSTM inputs ``(1, T, N·D_h)``:
+    each LSTM runs only the steps its output at q depends on (tokens ≤ q forwards, ≥ q in reverse)."""
     dh = sub.head_dim
     total = inputs.new_zeros(())
     for n in range(sub.num_heads):

@@ -11,10 +11,10 @@ every query's dependency of the image in a background thread (``dependency="lazy
 done, clicks slice it. ``dependency="query"`` computes the clicked query each time and nothing in the background;
 ``dependency="image"`` runs the ``dependency`` extractor for every query at the image's first click.
 
-SlimSwin's gated window attention (``methods.slimswin.GatedWindowAttention``) names no ``hook_pattern`` of its
-own; :func:`ensure_slimswin_hooks` registers the hook-point adapter that does (its ``attn_drop`` output, as for
-timm's ``WindowAttention``), so the ``window_attention`` extractor reads it, and the pruned pairs come from
-``methods.slimswin.get_masks``.
+Which extractor shows a model is asked of the extractors' registrations (:func:`workbench.analysis.explore_kind_of`:
+the first :class:`~workbench.analysis.ExploreKind` whose hook-point patterns the model has); a kind's own needs
+come with it (SlimSwin's gated attention gets timm's ``hook_pattern`` from the ``window_attention`` kind's
+``prepare``, its pruned pairs from its ``masks``).
 """
 
 from __future__ import annotations
@@ -28,66 +28,35 @@ import torch
 import torch.nn as nn
 import xarray as xr
 
-from methods.hooks import Site, adapter, hook_points
-from workbench.analysis import get_extractor
+from workbench.analysis import explore_kind_of, explore_kinds, get_extractor, hook_names
 from workbench.analysis.dependency import block_inputs
 from workbench.analysis.tokens import vit_token_layout
 from workbench.explore.lazy import Background, query_rows
 from workbench.explore.rows import DatasetReader, ExploreError, ModelRows, Query
 
-__all__ = ["LiveModel", "detect_kind", "ensure_slimswin_hooks"]
-
-_REGISTERED: list[bool] = []
-
-
-def ensure_slimswin_hooks() -> None:
-    """Give SlimSwin's gated / pruned window attention the ``hook_pattern`` of timm's (once per process)."""
-    if _REGISTERED:
-        return
-    import methods.slimswin as ss
-
-    def sites(attn: nn.Module) -> dict[str, Site]:
-        return {"hook_pattern": Site(attn.attn_drop, "output")}
-
-    adapter(ss.GatedWindowAttention)(sites)
-    _REGISTERED.append(True)
+__all__ = ["LiveModel", "detect_kind"]
 
 
 def detect_kind(model: nn.Module) -> str:
-    """Which map the explorer shows for ``model``, from its hook points.
+    """Which map the explorer shows for ``model``: the registered kind whose hook points it has
+    (:func:`workbench.analysis.explore_kind_of`).
 
     Raises:
-        ExploreError: a model with neither attention nor FAR substitutes (e.g. a CNN).
+        ExploreError: a model no registered kind shows (e.g. a CNN without stage hook points), with a kind's hint
+            where one knows why (SlimSwin's pruned deploy form).
     """
-    ensure_slimswin_hooks()
-    names = list(hook_points(model))
-    if any(n.endswith("attn.hook_lstm_in") for n in names):
-        return "dependency"
-    if any(n.endswith("attn.hook_mask") for n in names):
-        return "sparse_attention"
-    if any(n.startswith("layers.") and n.endswith("attn.hook_pattern") for n in names):
-        return "window_attention"
-    if any(n.startswith("blocks.") and n.endswith("attn.hook_pattern") for n in names):
-        return "attention"
-    if any(n.startswith("stages.") and n.endswith(".hook_out") for n in names):
-        return "at_maps"  # a CNN / SA-ResNet (AttentionLite): attention-transfer maps of its stages
-    import methods.slimswin as ss
-
-    if any(isinstance(m, ss.PrunedWindowAttention) for m in model.modules()):
-        raise ExploreError("this is SlimSwin's pruned (deploy) form, which computes only the active (window, head) pairs "
-                           "and so has no attention maps to show; explore the run's gated model (load_model(run_id))")
-    raise ExploreError(f"{type(model).__name__} has no token-to-token maps the explorer can show (no "
-                       "blocks.{i}.attn.hook_pattern, Swin window attention or FAR substitutes); "
-                       f"its hook points: {', '.join(names[:5]) or 'none'}")
-
-
-def _pruning_masks(model: nn.Module) -> dict[int, np.ndarray] | None:
-    import methods.slimswin as ss
-
-    masks = ss.get_masks(model)
-    if all(bool(m.all()) for m in masks):
-        return None  # nothing pruned (a plain Swin teacher): no heads to grey
-    return {i: m.cpu().numpy() for i, m in enumerate(masks)}
+    kind = explore_kind_of(model)
+    if kind is not None:
+        return kind
+    kinds = explore_kinds()
+    for spec in kinds.values():
+        why = spec.hint(model) if spec.hint is not None else None
+        if why:
+            raise ExploreError(why)
+    names = hook_names(model)
+    wanted = "; ".join(f"{name}: {' or '.join(spec.hooks)}" for name, spec in kinds.items())
+    raise ExploreError(f"{type(model).__name__} has no token-to-token maps the explorer can show (no hook point of a "
+                       f"registered kind — {wanted}); its hook points: {', '.join(names[:5]) or 'none'}")
 
 
 def _tag(ds: xr.Dataset, image_id: str) -> xr.Dataset:
@@ -105,10 +74,14 @@ class LiveModel:
         model: eval-mode model.
         images: ``(B, C, H, W)`` normalised images (the explorer's), on the model's device.
         ids: ``dataset[index]`` of each image.
+        dependency: FAR's dependency rows: ``lazy``, ``query`` or ``image`` (module docstring).
+        agreement: Sparsifiner: also compute its masks' mass-agreement summaries at an image's first click
+            (``sparse_attention``'s ``agreement``); off by default: the explorer does not show them, and at 577 tokens
+            they are most of a first click (~5 s of ~7 s on a 2-core CPU).
     """
 
     def __init__(self, label: str, model: nn.Module, images: torch.Tensor, ids: list[str],
-                 dependency: Literal["lazy", "query", "image"] = "lazy"):
+                 dependency: Literal["lazy", "query", "image"] = "lazy", agreement: bool = False):
         if dependency not in ("lazy", "image", "query"):
             raise ExploreError(f"dependency must be 'lazy' (the clicked query at once, the image's other queries in "
                                f"the background), 'query' (the clicked query only, each click) or 'image' (every "
@@ -118,9 +91,10 @@ class LiveModel:
         if model.training:
             raise ExploreError(f"{label!r} is in training mode; call model.eval() (dropout would change the maps)")
         self.label, self.model, self.images, self.ids = label, model, images, list(ids)
+        self.agreement = agreement  # Sparsifiner: also its masks' mass-agreement summaries (not shown; seconds a click)
         self.kind = detect_kind(model)
-        self.measure = {"attention": "attention", "dependency": "gradient saliency", "sparse_attention": "sparse attention",
-                        "window_attention": "window attention", "at_maps": "attention-transfer map"}[self.kind]
+        self.spec = explore_kinds()[self.kind]
+        self.measure = self.spec.label
         self._readers: dict[str, DatasetReader] = {}  # image id -> its maps, the most recent last
         self.keep_images = 2  # images whose maps are kept (going back to the previous image is free)
         self._inputs: dict[str, list[torch.Tensor]] = {}  # image id -> its blocks' mixer inputs (FAR)
@@ -151,9 +125,10 @@ class LiveModel:
         """The extractor's Dataset of one image, computed on first use (one forward pass)."""
         if image_id not in self._readers:
             i = self._index(image_id)
-            ds = get_extractor(self.kind)(self.model, self.images[i:i + 1])  # FAR: every query's saliency at once
+            options = {"agreement": self.agreement} if self.kind == "sparse_attention" else {}
+            ds = get_extractor(self.kind)(self.model, self.images[i:i + 1], **options)  # FAR: every query's saliency
             ds = _tag(ds, image_id)
-            masks = _pruning_masks(self.model) if self.kind == "window_attention" else None
+            masks = self.spec.masks(self.model) if self.spec.masks is not None else None
             self._readers[image_id] = DatasetReader(self.label, ds, masks)
             while len(self._readers) > self.keep_images:  # memory stays bounded: the oldest image goes
                 self._readers.pop(next(iter(self._readers)))

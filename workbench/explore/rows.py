@@ -1,7 +1,9 @@
 """One model's maps for one clicked query, on its own patch grid, read from an extractor's Dataset (no torch).
 
 Every map the explorer shows is a row of a token-to-token map, ``map[sample, layer, head, query, :]``,
-for every layer and head at once, placed on the model's patch grid:
+for every layer and head at once, placed on the model's patch grid. Which analyses those are, the variable holding
+the map, what it measures and how its keys are laid out come from the extractors' registrations
+(:class:`workbench.analysis.ExploreKind`); those of the workbench:
 
 - ``attention`` (teacher ViT / DeiT, Non-deep collapsed, Non-deep branched: ``(layer, branch)`` become one
   row of the strip each) — attention probabilities;
@@ -28,20 +30,13 @@ from typing import Literal, Union
 import numpy as np
 import xarray as xr
 
-__all__ = ["Query", "ModelRows", "DatasetReader", "image_ids", "KINDS", "ExploreError"]
+from workbench.analysis import explore_kinds
+
+__all__ = ["Query", "ModelRows", "DatasetReader", "image_ids", "ExploreError"]
 
 #: a query token: ``("patch", fy, fx)`` a position in the image as fractions of its height and width (the centre
 #: of the clicked cell), or ``("cls",)`` / ``("dist",)`` a prefix token.
 Query = Union[tuple[Literal["patch"], float, float], tuple[str]]
-
-#: analyses the explorer can show, with the variable holding the map and what it measures
-KINDS: dict[str, tuple[str, str]] = {
-    "attention": ("attention", "attention"),
-    "dependency": ("dependency", "gradient saliency"),
-    "sparse_attention": ("attention", "sparse attention"),
-    "window_attention": ("attention", "window attention"),
-    "at_maps": ("at_map", "attention-transfer map"),
-}
 
 
 class ExploreError(ValueError):
@@ -122,12 +117,14 @@ class DatasetReader:
 
     def __init__(self, label: str, ds: xr.Dataset, masks=None):
         kind = ds.attrs.get("analysis")
-        if kind not in KINDS:
+        kinds = explore_kinds(load=False)  # the extractors' registrations (no torch)
+        if kind not in kinds:
             have = ", ".join(v for v in ds.data_vars if "query" in ds[v].dims) or "no token-to-token map"
             raise ExploreError(f"{label!r}: the store holds analysis {kind!r} ({have}); the explorer needs one of "
-                               f"{', '.join(KINDS)} — run `workbench analyze attention|dependency|sparse_attention|"
-                               "window_attention ...` for this model")
-        var, self.measure = KINDS[kind]
+                               f"{', '.join(sorted(kinds))} — run `workbench analyze {'|'.join(sorted(kinds))} ...` for "
+                               "this model")
+        spec = kinds[kind]
+        var, self.measure, self.layout, self.outline = spec.variable, spec.label, spec.layout, spec.outline
         if var not in ds:
             raise ExploreError(f"{label!r}: the {kind!r} store has no {var!r} variable (variables: {list(ds.data_vars)}); "
                                "it is not an extractor's output or was cut down — re-run the analysis")
@@ -139,9 +136,9 @@ class DatasetReader:
         self._h5 = None
         self.units = str(ds[var].attrs.get("units", ""))
         self.ids = image_ids(ds)
-        if kind == "window_attention":
+        if self.layout == "windows":
             self._init_window(masks)
-        elif kind == "at_maps":
+        elif self.layout == "stages":
             self._init_at()
         else:
             self._init_vit()
@@ -217,9 +214,9 @@ class DatasetReader:
     def rows(self, image_id: str, query: Query) -> ModelRows:
         """Every layer's and head's row of ``query`` on image ``image_id``."""
         s = self.sample_index(image_id)
-        if self.kind == "window_attention":
+        if self.layout == "windows":
             return self._window_rows(s, image_id, query)
-        if self.kind == "at_maps":
+        if self.layout == "stages":
             return self._at_rows(s, image_id, query)
         q = self._query_token(query)
         row = np.asarray(self.array(self.var)[s, ..., q, :], dtype=np.float32)  # (layer[, branch], head, T)
@@ -230,8 +227,8 @@ class DatasetReader:
         maps[:, :, self.patch_yx[0], self.patch_yx[1]] = row[:, :, self.patch_keys]
         cell = (-1, -1) if query[0] != "patch" else _cell(query[1], query[2], gh, gw)
         outline = None
-        if self.kind == "sparse_attention" and "mask" in self.ds:
-            m = np.asarray(self.array("mask")[s, ..., q, :], dtype=bool).reshape(n_l, n_h, -1)
+        if self.outline is not None and self.outline in self.ds:
+            m = np.asarray(self.array(self.outline)[s, ..., q, :], dtype=bool).reshape(n_l, n_h, -1)
             outline = np.zeros((n_l, n_h, gh, gw), bool)
             outline[:, :, self.patch_yx[0], self.patch_yx[1]] = m[:, :, self.patch_keys]
         return ModelRows(self.label, image_id, maps, row[:, :, self.prefix_keys], row,
@@ -244,7 +241,7 @@ class DatasetReader:
         Raises:
             ExploreError: Swin windows and CNN stage maps (no reverse view).
         """
-        if self.kind in ("window_attention", "at_maps"):
+        if self.layout != "tokens":
             raise ExploreError(f"{self.label!r}: no reverse view for {self.kind.replace('_', ' ')} (its keys are a "
                                "window's or a stage's cells); switch back to queries")
         s = self.sample_index(image_id)

@@ -123,6 +123,8 @@ class StudentSpec:
     # compare.table1, for a run that saves its train form (e.g. a gated model whose pruned form skips work); None: as saved
     blocks: tuple[tuple[int, ...], ...] | None = None  # block correspondence: blocks[i] = the teacher block indices the
     # student's block i replaces (a student of another depth, e.g. Non-deep); None: block i is teacher block i
+    maps: Literal["attention", "saliency"] = "attention"  # the token-to-token maps its model gives: attention
+    # probabilities (``hook_pattern``), or gradient saliency where it has no attention (FAR); scale.fig1 streams the first
 
 
 def consecutive_groups(depth: int, n: int) -> tuple[tuple[int, ...], ...]:
@@ -175,19 +177,21 @@ def dataset(id: str, *, after: tuple[str, ...] | Callable[[], Iterable[str]] = (
 
 
 def student(label: str, *, method: str, teacher: str, after: tuple[str, ...],
-            deploy: Callable[[Any], Any] | None = None, blocks: tuple[tuple[int, ...], ...] | None = None):
+            deploy: Callable[[Any], Any] | None = None, blocks: tuple[tuple[int, ...], ...] | None = None,
+            maps: Literal["attention", "saliency"] = "attention"):
     """Decorator registering ``fn(ctx) -> Run`` as a student the comparison figures include (see :class:`StudentSpec`).
 
     ``deploy``: ``fn(model) -> model``, the inference form of the run's saved model whose MACs and latency the
     comparison reports (e.g. a pruned model built from a gated one); by default the saved model itself.
     ``blocks``: the block correspondence (``blocks[i]`` = the teacher blocks the student's block ``i`` replaces,
     e.g. :func:`consecutive_groups`), for a student of another depth; the comparison scores block ``i`` against
-    the last of them (:func:`workbench.analysis.comparison.block_pairs`).
+    the last of them (:func:`workbench.analysis.comparison.block_pairs`). ``maps``: what its token-to-token maps are
+    (``"saliency"`` for a model without attention).
     """
 
     def deco(fn: Callable[["Context"], Any]) -> Callable[["Context"], Any]:
         STUDENTS[label] = StudentSpec(label, method, teacher, tuple(after), fn, deploy,
-                                      None if blocks is None else tuple(tuple(g) for g in blocks))
+                                      None if blocks is None else tuple(tuple(g) for g in blocks), maps)
         return fn
 
     return deco

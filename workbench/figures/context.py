@@ -11,7 +11,8 @@ On the user's data (``workbench figures --profile paper --data ROOT``) a context
 reuses the method runs with the budget overrides it is given (the same ``--epochs``/``--images`` ... as the user's
 ``workbench run`` find the same runs), and reads every demo or sample-photo image spec from ``ROOT/val``
 (:func:`workbench.pipelines.user_images`). Its stores live apart, under ``stores/paper+<data tag>[.<overrides>]``.
-``workbench figures`` hands data and overrides to its spawned workers in :data:`DATA_ENV` and :data:`OVERRIDES_ENV`.
+``workbench figures`` hands data and overrides to its spawned workers as arguments (their Context's ``data`` and
+``overrides``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Callable
 
@@ -27,10 +27,7 @@ import xarray as xr
 
 from workbench.provenance import NULL, now_iso, versions, weights_of
 
-__all__ = ["Context", "DATA_ENV", "OVERRIDES_ENV"]
-
-#: Environment variables carrying ``workbench figures``' --data and budget overrides (JSON) to its worker processes.
-DATA_ENV, OVERRIDES_ENV = "WORKBENCH_FIGURES_DATA", "WORKBENCH_FIGURES_OVERRIDES"
+__all__ = ["Context"]
 
 
 class Context:
@@ -47,10 +44,7 @@ class Context:
         self.device = resolve_device(device)  # once, here: runs, analyses and data functions get the torch.device
         self.force = force
         self.log = log
-        self.data_root = data or os.environ.get(DATA_ENV) or None  # the user's ImageFolder root (None: the demo set)
-        if overrides is None and os.environ.get(OVERRIDES_ENV):
-            raw = json.loads(os.environ[OVERRIDES_ENV])
-            overrides = Overrides(**{k: tuple(tuple(p) for p in v) if isinstance(v, list) else v for k, v in raw.items()})
+        self.data_root = data or None  # the user's ImageFolder root (None: the demo set)
         self.overrides = overrides or Overrides()  # budget overrides of every method run
         where = self.profile.name
         if self.data_root is not None:
@@ -106,12 +100,22 @@ class Context:
         ``pretrained_cfg``; the demo's 1×28×28 without one). On the user's data a demo or sample-photo spec reads
         their val/ images (:func:`workbench.pipelines.user_images`)."""
         from workbench.data import load_images
-        from workbench.pipelines import user_images
 
         cfg = getattr(model, "pretrained_cfg", {}) or {}
-        spec = user_images(spec, self.data_root) if self.profile.is_paper else spec
-        return load_images(spec, input_size=tuple(cfg.get("input_size", (1, 28, 28))), mean=cfg.get("mean"),
+        return load_images(self.image_spec(spec), input_size=tuple(cfg.get("input_size", (1, 28, 28))), mean=cfg.get("mean"),
                            std=cfg.get("std"))
+
+    def image_spec(self, spec: str) -> str:
+        """``spec`` as this context reads it: on the user's data (the paper profile with ``--data``) a demo or
+        sample-photo spec names as many of their val/ images (:func:`workbench.pipelines.user_images`)."""
+        from workbench.pipelines import user_images
+
+        return user_images(spec, self._user_data)
+
+    @property
+    def _user_data(self) -> str | None:
+        """The ImageFolder the budgets' and figures' image specs read (the paper profile's ``--data``), else None."""
+        return self.data_root if self.profile.is_paper else None
 
     def heldout(self, model=None):
         """The profile's held-out set (the demo set's validation split on the demo and smoke profiles; the user's
@@ -125,10 +129,11 @@ class Context:
         return heldout_set(model, self.profile, self.data_root)
 
     def budget(self, method: str):
-        """``method``'s budget on this profile (:func:`workbench.pipelines.budget`)."""
+        """``method``'s budget on this profile (:func:`workbench.pipelines.budget`; its image specs on the user's data
+        under the paper profile). Without the overrides: a figure shows the budget's own numbers."""
         from workbench.pipelines import budget
 
-        return budget(method, self.profile)
+        return budget(method, self.profile, data=self._user_data)
 
     def paper(self, method: str):
         """The paper's published numbers of ``method`` (its registry entry's ``paper``)."""
@@ -142,10 +147,7 @@ class Context:
         from workbench.analyze import run_analysis
         from workbench.store import open_store
 
-        if self.profile.is_paper:
-            from workbench.pipelines import user_images
-
-            images = user_images(images, self.data_root)  # the user's val/ images, not the demo's
+        images = self.image_spec(images)  # on the user's data: their val/ images, not the demo's
         key = json.dumps({"kind": kind, "model": model, "checkpoint": checkpoint, "images": images, "options": options,
                           "weights": _weights_sha(model, checkpoint)}, sort_keys=True, default=str)
         path = self.store_dir / f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.nc"
@@ -217,12 +219,9 @@ class Context:
                 self._used[-1].extend(json.loads(ds.attrs.get("sources", "[]")))
                 return ds
             ds.close()
-        from workbench.pipelines import user_data
-
         self._used.append([])
         try:
-            with user_data(self.data_root if self.profile.is_paper else None):  # budgets read the user's val/
-                ds = DATA[id].make(self)
+            ds = DATA[id].make(self)
         finally:
             used = self._used.pop()
         if not isinstance(ds, xr.Dataset):

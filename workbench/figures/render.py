@@ -144,15 +144,17 @@ def _todo(specs: list[FigureSpec], ctx: Context, out_dir: Path, reuse: bool, for
 
 def draw_all(specs: list[FigureSpec], profile: str, out_dir: str | Path, *, jobs: int = 1, device: str = "auto",
              reuse: bool = True, log: Callable[[str], None] = print,
-             on_done: Callable[[str], None] | None = None, formats: tuple[str, ...] = FORMATS) -> tuple[list[Path], int]:
-    """Draw the specs that need it (all, unless ``reuse``) in ``jobs`` spawned processes, then rewrite ``index.md``.
+             on_done: Callable[[str], None] | None = None, formats: tuple[str, ...] = FORMATS,
+             data: str | None = None, overrides=None) -> tuple[list[Path], int]:
+    """Draw the specs that need it (all, unless ``reuse``) in ``jobs`` spawned processes, then rewrite ``index.md``
+    (``data``, ``overrides``: those of the preparation, whose stores the figures read).
 
     Returns:
         (files written, number of figures reused as they were).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    ctx = Context(profile, device, False, log=log)  # drawing only reads what the preparation stored
+    ctx = Context(profile, device, False, log=log, data=data, overrides=overrides)  # drawing only reads the stores
     todo = _todo(specs, ctx, out_dir, reuse, formats, on_done)
     written: list[Path] = []
     if jobs <= 1 or len(todo) <= 2:
@@ -162,7 +164,7 @@ def draw_all(specs: list[FigureSpec], profile: str, out_dir: str | Path, *, jobs
                 on_done(spec.id)
     else:
         written, _ = BackgroundDraw(todo, profile, out_dir, jobs=jobs, device=device, reuse=False, formats=formats,
-                                    on_done=on_done).result()
+                                    on_done=on_done, data=data, overrides=overrides).result()
     write_index(out_dir)
     return written, len(specs) - len(todo)
 
@@ -178,15 +180,16 @@ class BackgroundDraw:
 
     def __init__(self, specs: list[FigureSpec], profile: str, out_dir: str | Path, *, jobs: int = 1,
                  device: str = "auto", reuse: bool = True, formats: tuple[str, ...] = FORMATS,
-                 on_done: Callable[[str], None] | None = None):
+                 on_done: Callable[[str], None] | None = None, data: str | None = None, overrides=None):
         from workbench.figures.schedule import spawn_pool
 
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        todo = _todo(specs, Context(profile, device, False, log=lambda _: None), self.out_dir, reuse, formats, on_done)
+        where = (profile, device, data, overrides)
+        todo = _todo(specs, _reader(*where), self.out_dir, reuse, formats, on_done)
         self.reused, self.on_done = len(specs) - len(todo), on_done
         self.pool = spawn_pool(jobs) if todo else None
-        self.pending = {s.id: self.pool.apply_async(_draw_in_worker, (s.id, profile, device, str(self.out_dir), formats))
+        self.pending = {s.id: self.pool.apply_async(_draw_in_worker, (s.id, where, str(self.out_dir), formats))
                         for s in todo}
         if self.pool is not None:
             self.pool.close()  # no more work: the workers exit once the figures are drawn
@@ -214,12 +217,17 @@ class BackgroundDraw:
         return written, self.reused
 
 
-def _draw_in_worker(spec_id: str, profile: str, device: str, out_dir: str, formats: tuple[str, ...]) -> list[str]:
+def _reader(profile: str, device: str, data: str | None, overrides) -> Context:
+    """A quiet Context that only reads what the preparation stored (on ``data``, with ``overrides``)."""
+    return Context(profile, device, False, log=lambda _: None, data=data, overrides=overrides)
+
+
+def _draw_in_worker(spec_id: str, where: tuple, out_dir: str, formats: tuple[str, ...]) -> list[str]:
+    """Draw one figure in a worker; ``where``: (profile, device, data, overrides) of its :func:`_reader`."""
     from workbench.figures import get
 
     (spec,) = get([spec_id])
-    return [str(f) for f in draw(spec, Context(profile, device, False, log=lambda _: None), Path(out_dir), reuse=False,
-                                  formats=formats)]
+    return [str(f) for f in draw(spec, _reader(*where), Path(out_dir), reuse=False, formats=formats)]
 
 
 def write_index(out_dir: Path) -> Path:

@@ -7,9 +7,10 @@ sharply or more diffusely than its teacher, block by block. Both come from strea
 (:mod:`workbench.scale.stream`, ``--queries cls``: one attention row per head, computed beside the fused
 attention where the blocks are timm's) reduced lazily (:mod:`workbench.scale.reduce`).
 
-Models: the demo ViT teacher and the compressed ViT students that keep attention probabilities
-(:data:`METHODS`: Sparsifiner's sparse attention, Non-deep's parallel branches -- averaged over
-branches). FAR replaces attention by LSTMs and has no attention rows, so it is not shown.
+Models: the demo ViT teacher and the registered students of it whose maps are attention probabilities
+(:class:`~workbench.figures.StudentSpec` ``maps="attention"``: Sparsifiner's sparse attention, Non-deep's parallel
+branches -- averaged over branches). FAR replaces attention by LSTMs and has no attention rows
+(``maps="saliency"``), so it is not shown.
 """
 
 from __future__ import annotations
@@ -22,14 +23,13 @@ import xarray as xr
 from workbench.figures import STUDENTS, dataset, figure
 from workbench.figures.context import Context
 
-#: student methods whose models have attention rows to compare with the teacher's
-METHODS = ("sparsifiner", "nondeep")
 #: images per profile: the whole held-out set on demo, a tenth of it on smoke
 IMAGES = {"demo": "demo:val", "smoke": "demo:val[::10]", "paper": "demo:val"}
 
 
 def _students() -> list:
-    return [s for s in STUDENTS.values() if s.teacher == "vit" and s.method in METHODS]
+    """The ViT teacher's registered students whose models have attention rows to compare with the teacher's."""
+    return [s for s in STUDENTS.values() if s.teacher == "vit" and s.maps == "attention"]
 
 
 def _after() -> tuple[str, ...]:
@@ -44,8 +44,8 @@ def model_stats(ctx: Context, run, images: str, blocks: tuple[tuple[int, ...], .
     ``i`` is placed at the last teacher block of ``blocks[i]``, the convention of compare.fig2, so ``layer`` always
     counts teacher blocks."""
     from workbench.scale.reduce import compute, reduce_dataset
-    from workbench.store import open_store
     from workbench.scale.stream import StreamOptions, stream_analysis
+    from workbench.store import open_store
 
     ctx.use_run(run)
     sha = (run.manifest.get("checkpoint_sha256") or "none")[:12]

@@ -65,13 +65,15 @@ def _priorities(graph: dict[str, tuple[str, ...]], seconds: dict[str, float]) ->
 
 def prepare(ids: Iterable[str], *, jobs: int, profile: str = "demo", device: str = "auto", force: bool = False,
             log: Callable[[str], None] = print, on_done: Callable[[str, float], None] | None = None,
-            before_exclusive: Callable[[list[str]], None] | None = None) -> dict[str, float]:
+            before_exclusive: Callable[[list[str]], None] | None = None, data: str | None = None,
+            overrides=None) -> dict[str, float]:
     """Compute (or confirm as stored) the data ``ids`` and everything they need, dependencies first.
 
     Args:
         ids: data ids the selected figures read.
         jobs: worker processes; 1 computes every step here, in order, with the usual progress bars.
-        profile, device, force: the :class:`~workbench.figures.context.Context` of the steps.
+        profile, device, force, data, overrides: the :class:`~workbench.figures.context.Context` of the steps (also
+            the workers': they get them as arguments).
         log: where log lines (also the workers') go.
         on_done: called with (step id, seconds) when a step finishes.
         before_exclusive: called with the exclusive steps still to run (possibly none) once every other step is done,
@@ -99,7 +101,7 @@ def prepare(ids: Iterable[str], *, jobs: int, profile: str = "demo", device: str
         if on_done:
             on_done(i, sec)
 
-    ready = Context(profile, device, force, log=log)
+    ready = Context(profile, device, force, log=log, data=data, overrides=overrides)
     for i in [i for i in graphlib.TopologicalSorter(graph).static_order() if ready.is_fresh(i)]:
         graph = {j: tuple(a for a in after if a != i) for j, after in graph.items() if j != i}  # stored: nothing to do
         if on_done:
@@ -110,16 +112,16 @@ def prepare(ids: Iterable[str], *, jobs: int, profile: str = "demo", device: str
         raise ValueError("a step depends on an exclusive (timing) step; exclusive steps must come last")
     try:
         if jobs <= 1 or len(shared) <= 1:
-            ctx = Context(profile, device, force, log=log)
+            ctx = Context(profile, device, force, log=log, data=data, overrides=overrides)
             for i in graphlib.TopologicalSorter(shared).static_order():
                 t0 = time.perf_counter()
                 ctx.data(i)
                 finished(i, time.perf_counter() - t0)
         else:
-            _in_pool(shared, jobs, _priorities(shared, seconds), profile, device, force, log, finished)
+            _in_pool(shared, jobs, _priorities(shared, seconds), (profile, device, force, data, overrides), log, finished)
         if before_exclusive is not None:
             before_exclusive(exclusive)
-        ctx = Context(profile, device, force, log=log)
+        ctx = Context(profile, device, force, log=log, data=data, overrides=overrides)
         for i in exclusive:
             log(f"[{i}] started (alone: it times models)")
             t0 = time.perf_counter()
@@ -133,8 +135,8 @@ def prepare(ids: Iterable[str], *, jobs: int, profile: str = "demo", device: str
     return took
 
 
-def _in_pool(graph: dict[str, tuple[str, ...]], jobs: int, prio: dict[str, float], profile: str, device: str,
-             force: bool, log: Callable[[str], None], finished: Callable[[str, float], None]) -> None:
+def _in_pool(graph: dict[str, tuple[str, ...]], jobs: int, prio: dict[str, float], where: tuple,
+             log: Callable[[str], None], finished: Callable[[str, float], None]) -> None:
     import signal
     import threading
 
@@ -142,7 +144,7 @@ def _in_pool(graph: dict[str, tuple[str, ...]], jobs: int, prio: dict[str, float
     # and leaves them training. Raising instead runs the cleanup below, as Ctrl-C does.
     previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
     try:
-        _pool_loop(graph, jobs, prio, profile, device, force, log, finished)
+        _pool_loop(graph, jobs, prio, where, log, finished)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -152,8 +154,10 @@ def _terminated(signum, frame) -> None:
     raise SystemExit(128 + signum)
 
 
-def _pool_loop(graph: dict[str, tuple[str, ...]], jobs: int, prio: dict[str, float], profile: str, device: str,
-               force: bool, log: Callable[[str], None], finished: Callable[[str, float], None]) -> None:
+def _pool_loop(graph: dict[str, tuple[str, ...]], jobs: int, prio: dict[str, float], where: tuple,
+               log: Callable[[str], None], finished: Callable[[str, float], None]) -> None:
+    """Runs the steps of ``graph`` in a pool of ``jobs`` workers, by priority; ``where``: the steps' Context
+    arguments (profile, device, force, data, overrides)."""
     spawn = mp.get_context("spawn")
     records = spawn.Queue()
     listener = logging.handlers.QueueListener(records, _Forward(log))
@@ -172,7 +176,7 @@ def _pool_loop(graph: dict[str, tuple[str, ...]], jobs: int, prio: dict[str, flo
             while ready and running < jobs:
                 i = ready.pop(0)
                 log(f"[{i}] started")
-                pool.apply_async(_run_step, (i, DATA[i].module, profile, device, force),
+                pool.apply_async(_run_step, (i, DATA[i].module, *where),
                                  callback=lambda sec, i=i: done.put((i, sec, None)),
                                  error_callback=lambda err, i=i: done.put((i, None, err)))
                 running += 1
@@ -223,7 +227,8 @@ def _init_worker(records, threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _run_step(step_id: str, module: str, profile: str, device: str, force: bool) -> float:
+def _run_step(step_id: str, module: str, profile: str, device: str, force: bool, data: str | None = None,
+              overrides=None) -> float:
     import importlib
 
     from workbench import runs
@@ -243,7 +248,8 @@ def _run_step(step_id: str, module: str, profile: str, device: str, force: bool)
     runs.EPOCH_LISTENERS.append(on_epoch)  # this worker may run more steps later: removed below
     try:
         t0 = time.perf_counter()
-        Context(profile, device, force, log=lambda s: logger.info(f"[{step_id}] {s}")).data(step_id)
+        Context(profile, device, force, log=lambda s: logger.info(f"[{step_id}] {s}"), data=data,
+                overrides=overrides).data(step_id)
         return time.perf_counter() - t0
     finally:
         runs.EPOCH_LISTENERS.remove(on_epoch)

@@ -20,33 +20,33 @@ up, checks the options, prints the run's plan and calls ``run``.
 Budget overrides (:class:`Overrides`: ``--epochs [PHASE=]N``, ``--steps [NAME=]N``, ``--batch-size [PHASE=]N``,
 ``--images N``) are declared once here for every method: a budget's phases are found in its dataclass (every
 ``epochs`` / ``<phase>_epochs``, ``<name>_steps`` and ``batch_size`` field, at any depth; :func:`budget_knobs`) and
-replaced with :func:`dataclasses.replace`. While a method runs, :func:`budget` returns its overridden budget (so a
-pipeline that looks its budget up by profile name gets it too), training sets hold at most ``--images`` images, and
-every run id it creates carries the overrides' tag (:func:`workbench.runs.id_scope`), so a shortened trial never
-collides with the full run. Every module of this package is imported by
-:func:`load_all` (no hand-kept list), so a new method is one new module here. See
-``docs/adding-a-method.md``.
+replaced with :func:`dataclasses.replace`. Nothing travels implicitly: :func:`budget` is a pure function of
+(method, profile, overrides, data), and the :class:`RunRequest` carries the overridden budget, the overrides (its
+training sets hold at most ``--images`` images: :attr:`RunRequest.images`) and the run-id suffix that every run id it
+creates ends with (:meth:`RunRequest.run_id`: the overrides' tag), so a shortened trial never collides with the full
+run. Every module of this package is imported by :func:`load_all` (no hand-kept list), so a new method is one new
+module here. See ``docs/adding-a-method.md``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
 
 if TYPE_CHECKING:
-    from workbench.pipelines.teacher import TeacherRef
+    import torch
+
+    from workbench.pipelines.common import TeacherRef
     from workbench.profiles import Profile
     from workbench.runs import Run
 
 __all__ = ["Option", "Method", "RunRequest", "METHODS", "register_method", "get_method", "budget", "run_method",
-           "load_all", "Overrides", "active_overrides", "Knob", "budget_knobs", "apply_overrides", "parse_override", "active_images",
-           "plan_lines", "data_tag", "user_data", "user_images"]
+           "load_all", "Overrides", "Knob", "budget_knobs", "apply_overrides", "parse_override", "plan_lines", "data_tag",
+           "user_images"]
 
 
 @dataclass(frozen=True)
@@ -70,16 +70,32 @@ class Option:
 
 @dataclass(frozen=True)
 class RunRequest:
-    """What a method's run function gets besides its own options."""
+    """What a method's run function gets besides its own options: everything that defines its runs, explicitly."""
 
     method: str  # the method's registry name
     profile: "Profile"  # budgets and data limits of the profile
-    budget: Any  # ``budget(method, profile)``
+    budget: Any  # ``budget(method, profile, overrides, data)``: the profile's budget with the request's overrides
     teacher: "TeacherRef | None" = None  # resolved teacher (None for methods without one, i.e. the teachers)
-    device: Any = "cpu"  # the torch.device to train on, resolved once by run_method (from "auto", "cpu" or "cuda")
-    data: str | None = None  # ImageFolder root with train/ and val/ (None: the demo set)
+    device: "torch.device | str" = "cpu"  # the torch.device to train on, resolved once by run_method (from "auto",
+    # "cpu" or "cuda"); run bodies, cpu_threads and fit use it as it is
+    data: str | None = None  # absolute ImageFolder root with train/ and val/ (None: the demo set)
     force: bool = False  # redo the method's runs even if complete (the teacher is reused)
     log: Callable[[str], None] = print  # one-line status messages
+    overrides: "Overrides" = field(default_factory=lambda: Overrides())  # budget overrides (in ``budget`` already;
+    # their ``images`` limit every training set of the request)
+    id_suffix: str = ""  # ends every run id the request creates: the data tag of a student on other data than its
+    # teacher's, then the overrides' tag (``e1.n12``); "" for neither
+
+    @property
+    def images(self) -> int | None:
+        """``--images``: the most training images any of the request's data sets may hold (None: all)."""
+        return self.overrides.images
+
+    def run_id(self, base: str) -> str:
+        """``base`` with the request's :attr:`id_suffix` (:func:`workbench.runs.suffixed_id`): the id a run gets."""
+        from workbench.runs import suffixed_id
+
+        return suffixed_id(base, self.id_suffix)
 
 
 @dataclass(frozen=True)
@@ -134,9 +150,11 @@ def get_method(name: str) -> Method:
     return METHODS[name]
 
 
-def budget(method: str, profile: str | "Profile") -> Any:
-    """``budgets[method][profile]``: the one lookup of a method's budget (with the overrides of the run in progress,
-    when ``method`` is the method :func:`run_method` is running).
+def budget(method: str, profile: "str | Profile", overrides: "Overrides | None" = None, data: str | None = None) -> Any:
+    """``budgets[method][profile]``, the one lookup of a method's budget, with ``overrides`` set (phases the budget
+    lacks are skipped: :func:`apply_overrides`) and, under the paper profile with ``data``, every demo or
+    sample-photo image spec (``*_images`` fields) read from ``data``'s val/ folder (:func:`user_images`). A pure
+    function of its arguments: :func:`run_method` gives its run the same answer (``RunRequest.budget``).
 
     Raises:
         ValueError: the method has no budget for that profile.
@@ -146,38 +164,22 @@ def budget(method: str, profile: str | "Profile") -> Any:
     if name not in entry.budgets:
         raise ValueError(f"method {method!r} has no budget for profile {name!r}; choose from {', '.join(entry.budgets)}")
     spent = entry.budgets[name]
-    scope = _SCOPE.get()
-    if scope is not None and scope[0] == method and scope[1]:
-        spent = apply_overrides(spent, scope[1], phases=entry.phases)
-    if name == "paper" and _DATA.get() is not None and dataclasses.is_dataclass(spent):
+    if overrides:
+        spent = apply_overrides(spent, overrides, phases=entry.phases)
+    if name == "paper" and data is not None and dataclasses.is_dataclass(spent):
         # no demo or sample-photo images on the user's data: every image-spec field reads its val/ folder
-        spent = dataclasses.replace(spent, **{f.name: user_images(getattr(spent, f.name))
+        spent = dataclasses.replace(spent, **{f.name: user_images(getattr(spent, f.name), data)
                                               for f in dataclasses.fields(spent)
                                               if f.name.endswith("_images") and isinstance(getattr(spent, f.name), str)})
     return spent
 
 
-#: The ImageFolder root of the paper-profile work in progress (:func:`user_data`).
-_DATA: contextvars.ContextVar[str | None] = contextvars.ContextVar("workbench_user_data", default=None)
-
-
-@contextlib.contextmanager
-def user_data(data: str | None) -> Iterator[None]:
-    """Within the block the paper profile's image specs read ``data``'s val/ folder (:func:`user_images`)."""
-    token = _DATA.set(str(Path(data).expanduser().resolve()) if data is not None else None)
-    try:
-        yield
-    finally:
-        _DATA.reset(token)
-
-
-def user_images(spec: str, data: str | None = None) -> str:
+def user_images(spec: str, data: str | None) -> str:
     """A demo (``demo:val[15::31]``) or sample-photo (``skimage:a,b,c``) spec as as many images of the user's
-    ``DATA/val`` (``data``, else the one of :func:`user_data`), spread over its classes (ImageFolder order is by
-    class): ``DATA/val[0:64:2]``. Other specs, or no user data: ``spec`` unchanged."""
+    ``DATA/val`` (``data``), spread over its classes (ImageFolder order is by class): ``DATA/val[0:64:2]``. Other
+    specs, or no user data (``data`` None): ``spec`` unchanged."""
     import numpy as np
 
-    data = data or _DATA.get()
     if data is None or not isinstance(spec, str):
         return spec
     if spec.startswith("skimage:"):
@@ -327,7 +329,7 @@ _FLAGS = {"epochs": "--epochs", "steps": "--steps", "batch_size": "--batch-size"
 def apply_overrides(budget: Any, overrides: Overrides, *, phases: tuple[str, ...] | None = None,
                     strict: bool = False, what: str = "the budget") -> Any:
     """``budget`` with ``overrides`` set by :func:`dataclasses.replace` (``--images`` is the data's: see
-    :func:`active_images`).
+    :attr:`RunRequest.images`).
 
     Args:
         strict: refuse a phase name, or a kind, that ``budget`` does not have (``workbench run``); otherwise
@@ -356,34 +358,6 @@ def apply_overrides(budget: Any, overrides: Overrides, *, phases: tuple[str, ...
     if overrides.images is not None and overrides.images < 1:
         raise ValueError(f"--images must be >= 1, got {overrides.images}")
     return budget
-
-
-#: (method name, overrides, images) of the run in progress (set by :func:`run_method`).
-_SCOPE: contextvars.ContextVar[tuple[str, Overrides] | None] = contextvars.ContextVar("workbench_budget", default=None)
-
-
-def active_overrides() -> Overrides | None:
-    """The overrides of the run in progress (None outside :func:`run_method`)."""
-    scope = _SCOPE.get()
-    return scope[1] if scope is not None else None
-
-
-def active_images() -> int | None:
-    """``--images`` of the run in progress: the most training images any of its data sets may hold (None: all)."""
-    scope = _SCOPE.get()
-    return scope[1].images if scope is not None else None
-
-
-@contextlib.contextmanager
-def _scoped(method: str, overrides: Overrides, id_suffix: str) -> Iterator[None]:
-    from workbench.runs import id_scope
-
-    token = _SCOPE.set((method, overrides))
-    try:
-        with id_scope(id_suffix):
-            yield
-    finally:
-        _SCOPE.reset(token)
 
 
 def data_tag(data: str) -> str:
@@ -434,13 +408,61 @@ def _quiet(message: str) -> None:
     """A ``log`` that says nothing (the ranks other than 0)."""
 
 
+def _checked_options(entry: Method, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the method's defaults filled in, each given one checked (:class:`Option`).
+
+    Raises:
+        ValueError: an unknown option, a missing required one, a value outside its choices or refused by its check.
+    """
+    known = {o.name: o for o in entry.options}
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(f"method {entry.name!r} has no option {', '.join(unknown)}; its options: "
+                         f"{', '.join(known) or 'none'}")
+    options = dict(options)
+    for opt in entry.options:
+        if options.get(opt.name) is None:
+            if opt.required:
+                raise ValueError(f"method {entry.name!r} needs {opt.flag} ({opt.help})")
+            options[opt.name] = opt.default
+        elif opt.choices is not None and options[opt.name] not in opt.choices:
+            raise ValueError(f"{opt.flag} must be one of {', '.join(map(str, opt.choices))}, got {options[opt.name]!r}")
+        elif opt.check is not None:
+            opt.check(options[opt.name])
+    return options
+
+
+def _teacher_ref(entry: Method, teacher: "str | Run | None", checkpoint: str | None, prof: "Profile",
+                 device: "torch.device", data: str | None, log: Callable[[str], None]) -> "TeacherRef | None":
+    """The method's resolved teacher (a demo teacher is trained or reused first); None for a method without one.
+
+    Raises:
+        ValueError: a teacher or checkpoint given to a method that takes none (and :func:`resolve_teacher`'s errors).
+    """
+    if entry.teacher is None:
+        if teacher is not None or checkpoint is not None:
+            raise ValueError(f"method {entry.name!r} takes no teacher")
+        return None
+    resolve_teacher = get_method("teacher").extra["resolve"]  # registered by pipelines.teacher (no import cycle)
+    return resolve_teacher(teacher, prof, default_arch=entry.teacher, family=entry.family, checkpoint=checkpoint,
+                           device=device, data=data, log=log)
+
+
+def run_id_suffix(data: str | None, teacher: "TeacherRef | None", overrides: Overrides) -> str:
+    """What ends the run ids of a request (:attr:`RunRequest.id_suffix`): a student on other data than its teacher's
+    says so (:func:`data_tag`; the teacher's own id says its data), then the overrides' tag."""
+    tokens = [data_tag(data)] if data is not None and teacher is not None and teacher.data != data else []
+    tokens += [overrides.tag()] if overrides else []
+    return ".".join(t for t in tokens if t)
+
+
 def run_method(
     name: str,
     teacher: "str | Run | None" = None,
     profile: "str | Profile" = "demo",
     *,
     teacher_checkpoint: str | None = None,
-    device: str = "auto",
+    device: "str | torch.device" = "auto",
     data: str | None = None,
     force: bool = False,
     overrides: Overrides | None = None,
@@ -449,6 +471,10 @@ def run_method(
     **options: Any,
 ) -> "Run":
     """Train or reuse method ``name``'s run(s) (the CLI's ``workbench run``, the figures and notebooks call this).
+
+    It checks the options, looks the budget up (:func:`budget` with the overrides and data), resolves the device
+    once, resolves the teacher (training a demo teacher if missing), prints the plan and calls the method's ``run``
+    with a :class:`RunRequest` carrying all of it.
 
     Args:
         teacher: a teacher run (id, directory or Run), a demo arch (``vit``, ``swin``, ``cnn``), a timm name with
@@ -464,33 +490,34 @@ def run_method(
     Raises:
         ValueError: an unknown profile or option, a missing required option, a value outside its choices, an
             override the budget has no phase for, or a teacher the method cannot use.
+
+    Example: the smoke profile's CNN teacher in a fresh home, then a one-epoch trial of it (its own id):
+
+    >>> import os, tempfile
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, WORKBENCH_HOME=tempfile.mkdtemp()):
+    ...     run = run_method("teacher", profile="smoke", device="cpu", arch="cnn", log=lambda line: None)
+    ...     trial = run_method("teacher", profile="smoke", device="cpu", arch="cnn", log=lambda line: None,
+    ...                        overrides=Overrides(epochs=((None, 1),)))
+    >>> run.id, run.status, run.manifest["results"]["epochs"]
+    ('teacher-cnn-smoke', 'complete', 2)
+    >>> trial.id, trial.manifest["results"]["epochs"]
+    ('teacher-cnn-smoke+e1', 1)
     """
     from workbench.profiles import get_profile
 
     entry = get_method(name)
     prof = get_profile(profile)
     overrides = overrides or Overrides()
-    known = {o.name: o for o in entry.options}
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        raise ValueError(f"method {name!r} has no option {', '.join(unknown)}; its options: "
-                         f"{', '.join(known) or 'none'}")
-    for opt in entry.options:
-        if options.get(opt.name) is None:
-            if opt.required:
-                raise ValueError(f"method {name!r} needs {opt.flag} ({opt.help})")
-            options[opt.name] = opt.default
-        elif opt.choices is not None and options[opt.name] not in opt.choices:
-            raise ValueError(f"{opt.flag} must be one of {', '.join(map(str, opt.choices))}, got {options[opt.name]!r}")
-        elif opt.check is not None:
-            opt.check(options[opt.name])
+    options = _checked_options(entry, options)
     if data is not None:
         data = str(Path(data).expanduser().resolve())  # the same data whatever the working directory
-    with user_data(data if prof.is_paper else None):
-        base = budget(name, prof)  # an unknown profile fails before any teacher is trained
-    spent = apply_overrides(base, overrides, phases=entry.phases, strict=strict, what=f"{name}'s {prof.name} budget")
-    from methods.train import init_distributed, is_main
-    from workbench.runtime import resolve_device
+    data_of = data if prof.is_paper else None  # the image specs read the user's val/ under the paper profile only
+    # an unknown profile, or an override the budget has no phase for, fails before any teacher is trained
+    apply_overrides(budget(name, prof, data=data_of), overrides, phases=entry.phases, strict=strict,
+                    what=f"{name}'s {prof.name} budget")
+    spent = budget(name, prof, overrides, data_of)
+    from workbench.runtime import init_distributed, is_main, resolve_device
 
     # Once, here, before anything is built: the torch.device (under torchrun cuda is this rank's own GPU, made current)
     # and the process group (its backend from that device), so teachers and students share a device, every rank
@@ -499,19 +526,8 @@ def run_method(
     init_distributed(dev)
     if not is_main():
         log = _quiet  # under torchrun rank 0 alone reports (every rank does the same work)
-    ref = None
-    if entry.teacher is not None:
-        from workbench.pipelines.teacher import resolve_teacher
-
-        ref = resolve_teacher(teacher, prof, default_arch=entry.teacher, family=entry.family,
-                              checkpoint=teacher_checkpoint, device=dev, data=data, log=log)
-    elif teacher is not None or teacher_checkpoint is not None:
-        raise ValueError(f"method {name!r} takes no teacher")
-    # The run ids: the teacher's own id says its data; a student on other data than its teacher's says so.
-    tokens = [data_tag(data)] if data is not None and ref is not None and ref.data != data else []
-    tokens += [overrides.tag()] if overrides else []
+    ref = _teacher_ref(entry, teacher, teacher_checkpoint, prof, dev, data, log)
     for line in plan_lines(entry, spent, overrides, prof, data, options):
         log(line)
-    with _scoped(name, overrides, ".".join(t for t in tokens if t)), user_data(data if prof.is_paper else None):
-        request = RunRequest(name, prof, spent, ref, dev, data, force, log)
-        return entry.run(request, **options)
+    request = RunRequest(name, prof, spent, ref, dev, data, force, log, overrides, run_id_suffix(data, ref, overrides))
+    return entry.run(request, **options)

@@ -1,32 +1,52 @@
 """What every method's pipeline needs: the teacher, the data, the run record, counts.
 
 Public helpers for the modules of this package (and for a new method's own module), so that a
-method's pipeline is its run body plus its registry entry.
+method's pipeline is its run body plus its registry entry. A run body opens with :func:`opening` (CPU threads,
+the teacher on the request's device, its training and held-out sets) and records its run with :func:`student_run`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from methods.train import TrainConfig, evaluate, resolve_device
+from workbench.data import DemoDataset
+from workbench.data import datasets as source_datasets
 from workbench.models import create_model, load_model, load_weights, read_state_dict
 from workbench.runs import Run, ensure_run, open_run
+from workbench.runtime import TrainConfig, cpu_threads, evaluate, resolve_device
 
 if TYPE_CHECKING:
     from workbench.pipelines import RunRequest
-    from workbench.pipelines.teacher import TeacherRef
+    from workbench.profiles import Profile
 
-__all__ = ["RUNTIME_ONLY", "IndexedSubset", "limited", "load_teacher", "teacher_record", "train_record", "method_data", "phase_logger",
-           "accuracy", "model_counts", "stored_weights", "student_run", "run_config", "run_tag", "teacher_val_acc"]
+__all__ = ["RUNTIME_ONLY", "TeacherRef", "IndexedSubset", "limited", "datasets", "eval_transform", "load_teacher",
+           "Opening", "opening", "teacher_record", "train_record", "method_data", "phase_logger", "accuracy",
+           "model_counts", "stored_weights", "student_run", "run_config", "run_tag", "teacher_val_acc"]
 
 #: TrainConfig fields that do not define a run's result (left out of its config, so changing them reuses the run).
 RUNTIME_ONLY = ("device", "progress", "cpu_threads", "num_workers")
+
+
+@dataclass(frozen=True)
+class TeacherRef:
+    """A method's teacher, identified without loading it: a complete teacher run, or a timm name + weights file
+    (:func:`workbench.pipelines.teacher.resolve_teacher` makes one)."""
+
+    ref: str  # run id, timm name or hf:DIR as given
+    tag: str  # short name for the student's run ids: the run id without "teacher-" ("vit-demo"), or the timm name
+    model_name: str  # timm architecture
+    model_kwargs: dict = field(default_factory=dict)  # timm.create_model kwargs of the architecture
+    checkpoint: str | None = None  # weights file (None for a run: its own checkpoint)
+    sha256: str | None = None  # hash of the teacher weights
+    run: str | None = None  # teacher run id, if any
+    data: str | None = None  # the data the teacher run was trained / evaluated on (None: a timm name + weights)
 
 
 def load_teacher(t: "TeacherRef", device: str | torch.device = "cpu", *, frozen: bool = True) -> nn.Module:
@@ -34,6 +54,8 @@ def load_teacher(t: "TeacherRef", device: str | torch.device = "cpu", *, frozen:
     requires grad (a distillation target). ``frozen=False`` for a copy that becomes the student."""
     if t.run is not None:
         model = load_model(t.run, device=device).model
+    elif t.ref.startswith("hf:"):  # a Hugging Face folder (workbench.hf), converted as it loads
+        model = load_model(t.ref, device=device).model
     else:
         model = create_model(t.model_name, **t.model_kwargs)
         load_weights(model, read_state_dict(t.checkpoint), what=f"teacher checkpoint {t.checkpoint!r}")
@@ -66,8 +88,6 @@ class IndexedSubset(Subset):
 
 def limited(train_set: Dataset, limit: int | None) -> Dataset:
     """At most ``limit`` training images: the demo split's class-balanced head, else a fixed random subset."""
-    from workbench.data import DemoDataset
-
     if limit is None or len(train_set) <= limit:
         return train_set
     if isinstance(train_set, DemoDataset):
@@ -77,13 +97,52 @@ def limited(train_set: Dataset, limit: int | None) -> Dataset:
     return IndexedSubset(train_set, idx)
 
 
-def method_data(req: "RunRequest", model: nn.Module) -> tuple[Dataset, Dataset]:
-    """Training and held-out sets of the request's profile and data, sized and normalised for ``model``."""
-    from workbench.pipelines.teacher import datasets, eval_transform
+def datasets(profile: "str | Profile", data: str | None = None, input_size=(1, 28, 28), mean=None, std=None, *,
+             images: int | None = None, **kwargs) -> tuple[Dataset, Dataset]:
+    """:func:`workbench.data.datasets` (same arguments) with a training set of at most ``images`` images (a request's
+    ``--images``, :attr:`~workbench.pipelines.RunRequest.images`; the demo split's class-balanced head, else a fixed
+    subset: :func:`limited`). Every pipeline that trains loads its data through this (or :func:`method_data`)."""
+    train_set, val_set = source_datasets(profile, data, input_size, mean, std, **kwargs)
+    return limited(train_set, images), val_set
 
+
+def eval_transform(pretrained_cfg: dict | None) -> dict:
+    """The held-out transform options of a model (its ``crop_pct`` and ``interpolation``) for :func:`datasets`: every
+    pipeline evaluates a model on the same pixels as its teacher run did (timm's defaults, 0.875 bilinear, would crop
+    a Swin-T's images differently from its own 0.9 bicubic and change the teacher's accuracy from one report to the next)."""
+    pc = pretrained_cfg or {}
+    return {k: pc[k] for k in ("crop_pct", "interpolation") if pc.get(k) is not None}
+
+
+def method_data(req: "RunRequest", model: nn.Module) -> tuple[Dataset, Dataset]:
+    """Training (at most the request's ``--images``) and held-out sets of the request's profile and data, sized and
+    normalised for ``model`` (its teacher run's held-out pixels: :func:`eval_transform`)."""
     pc = getattr(model, "pretrained_cfg", {}) or {}
     return datasets(req.profile, req.data, tuple(pc.get("input_size", (1, 28, 28))), pc.get("mean"), pc.get("std"),
-                    eval_transform=eval_transform(pc))
+                    images=req.images, eval_transform=eval_transform(pc))
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What a run body starts from (:func:`opening`)."""
+
+    teacher: nn.Module | None  # the request's teacher on ``device`` (None when the body passed its own model)
+    train_set: Dataset  # the request's training set (at most its --images), sized for the teacher (or that model)
+    val_set: Dataset  # the held-out set, on the teacher run's pixels
+    device: torch.device  # the request's device, resolved once by run_method
+
+
+@contextlib.contextmanager
+def opening(req: "RunRequest", threads: int | None, *, frozen: bool = True,
+            model: nn.Module | None = None) -> Iterator[Opening]:
+    """The common opening of a run body: within the block torch uses ``threads`` CPU threads (on a CPU device; the
+    budget's ``cpu_threads``), and the body gets the teacher loaded on the request's device (``frozen``: see
+    :func:`load_teacher`) with the request's data sized for it (:func:`method_data`). Given ``model`` (a body that
+    starts from another run's model), the data is sized for it and no teacher is loaded."""
+    with cpu_threads(threads, req.device):
+        teacher = load_teacher(req.teacher, req.device, frozen=frozen) if model is None else None
+        train_set, val_set = method_data(req, teacher if model is None else model)
+        yield Opening(teacher, train_set, val_set, req.device)
 
 
 def phase_logger(run: Run, phase: str, offset: int) -> Callable[[int, dict], None]:
@@ -95,8 +154,9 @@ def phase_logger(run: Run, phase: str, offset: int) -> Callable[[int, dict], Non
     return log
 
 
-def accuracy(model: nn.Module, val_set: Dataset, device: str | torch.device = "auto") -> float:
-    """Held-out top-1 accuracy of ``model`` (eval mode)."""
+def accuracy(model: nn.Module, val_set: Dataset, device: torch.device | str = "auto") -> float:
+    """Held-out top-1 accuracy of ``model`` (eval mode) on ``device`` (a request's resolved torch.device, used as it
+    is; ``auto`` / ``cpu`` / ``cuda`` resolved here)."""
     return evaluate(model.eval(), DataLoader(val_set, batch_size=256), resolve_device(device))["val_acc"]
 
 
@@ -159,6 +219,7 @@ def run_config(req: "RunRequest", config: dict) -> dict:
 
 
 def student_run(req: "RunRequest", run_id: str, config: dict, body: Callable[[Run], dict]) -> Run:
-    """``ensure_run`` with the request's teacher, profile and data recorded in ``config`` (:func:`run_config`), and
-    its force and log."""
-    return ensure_run(run_id, run_config(req, config), body, force=req.force, log=req.log)
+    """``ensure_run`` of ``run_id`` with the request's id suffix (its data and overrides:
+    :meth:`~workbench.pipelines.RunRequest.run_id`), its teacher, profile and data recorded in ``config``
+    (:func:`run_config`), and its force and log."""
+    return ensure_run(req.run_id(run_id), run_config(req, config), body, force=req.force, log=req.log)

@@ -13,9 +13,10 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
-from methods.train import resolve_device
 from workbench.models import load_model
+from workbench.pipelines.common import datasets, eval_transform
 from workbench.runs import Run
+from workbench.runtime import resolve_device
 
 __all__ = ["correctness", "heldout_set", "run_correctness"]
 
@@ -23,7 +24,7 @@ __all__ = ["correctness", "heldout_set", "run_correctness"]
 @torch.no_grad()
 def correctness(model: nn.Module, val_set, device: str | torch.device = "cpu", batch_size: int = 250) -> np.ndarray:
     """Per held-out image, whether ``model``'s top-1 class is the label: ``(n,)`` bool, in the set's order."""
-    dev = resolve_device(str(device))
+    dev = resolve_device(device)  # a resolved torch.device passes through
     model = model.to(dev).eval()
     out = [(model(x.to(dev)).argmax(-1) == y.to(dev)).cpu() for x, y in DataLoader(val_set, batch_size=batch_size)]
     return torch.cat(out).numpy()
@@ -32,8 +33,6 @@ def correctness(model: nn.Module, val_set, device: str | torch.device = "cpu", b
 def heldout_set(model: nn.Module, profile: str, data: str | None = None):
     """The profile's held-out set, sized and normalised for ``model`` (its ``pretrained_cfg``, with its teacher run's
     crop and interpolation)."""
-    from workbench.pipelines.teacher import datasets, eval_transform
-
     pc = model.pretrained_cfg
     return datasets(profile, data, tuple(pc["input_size"]), pc.get("mean"), pc.get("std"),
                     eval_transform=eval_transform(pc))[1]

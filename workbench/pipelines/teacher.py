@@ -7,7 +7,8 @@ Under the ``paper`` profile a teacher is the paper's backbone by timm name (``--
 ``Mixup`` (mixup / cutmix, label smoothing) as ``fit``'s batch transform with a soft-target cross-entropy,
 timm's ``RepeatAugSampler``, AdamW with the lr scaled by batch / 512, DataLoader workers.
 
-Pretrained weights (``--checkpoint FILE``; nothing is downloaded) initialise the model; the classifier is
+Pretrained weights (``--checkpoint FILE``, or ``hf:DIR``: a Hugging Face folder with its own architecture; nothing is
+downloaded) initialise the model; the classifier is
 re-initialised when the checkpoint's has another number of classes. With ``--epochs 0`` the checkpoint is
 recorded as the teacher run as it is (evaluated on ``val/``, not trained): the usual way to give the
 methods an ImageNet teacher. Otherwise the recipe fine-tunes from it for the given epochs.
@@ -22,28 +23,32 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from torch.utils.data import Dataset
 
 from methods.teachers import DEMO_TEACHERS
-from methods.train import TrainConfig, fit, is_main, mixup_cutmix, repeated_augmentation, soft_target_cross_entropy
-from workbench.data import datasets as source_datasets
-from workbench.data import scan_image_folder
+from workbench.data import DEMO_CLASSES, scan_image_folder
 from workbench.models import create_model, load_weights, read_state_dict
-from workbench.pipelines import (
-    Method,
-    Option,
-    RunRequest,
-    active_images,
-    active_overrides,
-    budget,
-    data_tag,
-    get_method,
-    register_method,
-)
+from workbench.pipelines import Method, Option, RunRequest, budget, data_tag, get_method, register_method
+from workbench.pipelines.common import RUNTIME_ONLY, TeacherRef, datasets, eval_transform
 from workbench.profiles import Profile, get_profile
-from workbench.runs import Run, RunError, ensure_run, find_run, list_runs, sha256_file
+from workbench.runs import Run, RunError, ensure_run, find_run, list_runs, sha256_file, suffixed_id
+from workbench.runtime import (
+    TrainConfig,
+    fit,
+    is_main,
+    mixup_cutmix,
+    repeated_augmentation,
+    resolve_device,
+    soft_target_cross_entropy,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["Augment", "TeacherBudget", "BUDGETS", "PAPER_BACKBONES", "backbone", "TeacherRef", "datasets",
+           "eval_transform", "teacher_run_id", "find_teachers", "train_teacher", "resolve_teacher"]
 
 
 @dataclass(frozen=True)
@@ -128,25 +133,6 @@ BUDGETS: dict[str, TeacherBudget] = {
 }
 
 
-def datasets(profile: "str | Profile", data: str | None = None, input_size=(1, 28, 28), mean=None, std=None,
-             **kwargs) -> tuple[Dataset, Dataset]:
-    """:func:`workbench.data.datasets` (same arguments) with the training set of the run in progress: at most its
-    ``--images`` images (:func:`workbench.pipelines.active_images`; the demo split's class-balanced head, else a fixed
-    subset). Every pipeline that trains loads its data through this."""
-    from workbench.pipelines.common import limited
-
-    train_set, val_set = source_datasets(profile, data, input_size, mean, std, **kwargs)
-    return limited(train_set, active_images()), val_set
-
-
-def eval_transform(pretrained_cfg: dict | None) -> dict:
-    """The held-out transform options of a model (its ``crop_pct`` and ``interpolation``) for :func:`datasets`: every
-    pipeline evaluates a model on the same pixels as its teacher run did (timm's defaults, 0.875 bilinear, would crop
-    a Swin-T's images differently from its own 0.9 bicubic and change the teacher's accuracy from one report to the next)."""
-    pc = pretrained_cfg or {}
-    return {k: pc[k] for k in ("crop_pct", "interpolation") if pc.get(k) is not None}
-
-
 def teacher_run_id(arch: str, profile: "str | Profile", model_name: str | None = None, *, data: str | None = None,
                    init_sha256: str | None = None) -> str:
     """``teacher-swin-demo`` for the demo profiles' own model of ``arch``, else ``teacher-<timm name>-<profile>``
@@ -193,7 +179,8 @@ def _classes(data: str) -> list[str]:
     return list(train)
 
 
-def _load_pretrained(model, checkpoint: str, log: Callable[[str], None], *, trains: bool = True) -> None:
+def _load_pretrained(model, checkpoint: str, log: Callable[[str], None], *, trains: bool = True,
+                     state: dict | None = None) -> None:
     """Load a checkpoint; a classifier of another class count is left freshly initialised (and said so), and so is a
     first convolution of another shape when the model will be trained (``trains``): ImageNet ResNet-50 weights in
     ``resnet50_cifar``, whose 3×3 stride-1 CIFAR stem replaces the 7×7 one (AttentionLite's paper teacher).
@@ -201,7 +188,7 @@ def _load_pretrained(model, checkpoint: str, log: Callable[[str], None], *, trai
     Raises:
         ValueError: a new stem on a teacher recorded untrained (``--epochs 0``), naming the fix.
     """
-    state = read_state_dict(checkpoint)
+    state = read_state_dict(checkpoint) if state is None else state  # given: an hf:DIR folder's converted weights
     own = model.state_dict()
     pc = model.pretrained_cfg
     head = pc.get("classifier") or ()
@@ -228,17 +215,129 @@ def _load_pretrained(model, checkpoint: str, log: Callable[[str], None], *, trai
     load_weights(model, state, what=f"checkpoint {checkpoint!r}")
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What one teacher run trains (:func:`train_teacher`): everything its body needs."""
+
+    name: str  # timm name of the model
+    model_kwargs: dict  # its kwargs (num_classes on the user's data)
+    profile: str  # the profile's name
+    data: str | None  # absolute ImageFolder root (None: the demo set)
+    cfg: TrainConfig  # the recipe with the overrides and the resolved device
+    checkpoint: str | None  # initial weights (None: the seeded initialisation)
+    augment: Augment | None  # training augmentation (None on the demo digits, which have their own jitter)
+    classes: int  # classes of the user's data (0 on the demo set)
+    channels_last: bool  # trained in channels-last memory format
+    images: int | None  # --images: the most training images (None: all)
+    arch: str  # --arch, recorded in the manifest (find_teachers)
+    log: Callable[[str], None]  # one-line status messages
+    hf_state: dict | None = None  # --checkpoint hf:DIR: the folder's weights converted to timm (None: a file or none)
+
+
+def _train_config(recipe: TeacherBudget, arch: str, device, epochs: int | None, batch_size: int | None) -> TrainConfig:
+    """The profile's recipe for ``arch`` with ``epochs`` / ``batch_size`` set (the paper profile scales the lr)."""
+    cfg: TrainConfig = replace(recipe.config(arch), device=device)
+    if epochs is not None:
+        if epochs < 0:
+            raise ValueError(f"--epochs must be >= 0, got {epochs}")
+        cfg = replace(cfg, epochs=epochs)
+    if batch_size is not None:
+        if batch_size < 1:
+            raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+        cfg = replace(cfg, batch_size=batch_size)
+    if recipe.lr_per_512 is not None:
+        cfg = replace(cfg, lr=recipe.lr_per_512 * cfg.batch_size / 512)  # DeiT: 5e-4 x batch / 512
+    return cfg
+
+
+def _model_name(recipe: TeacherBudget, arch: str, model_name: str | None) -> str:
+    """The timm name to train: ``model_name`` (or its alias), else the profile's model of ``arch``.
+
+    Raises:
+        ValueError: an unknown arch or timm name (before anything is written).
+    """
+    if arch not in DEMO_TEACHERS:
+        raise ValueError(f"unknown teacher arch {arch!r}; choose from {', '.join(DEMO_TEACHERS)}")
+    name = backbone(model_name) if model_name else recipe.model(arch)
+    import timm
+
+    import methods.teachers  # noqa: F401  (the demo teachers are timm names)
+
+    if not timm.is_model(name):
+        create_model(name)  # its clear error for an unknown name, before anything is written
+    return name
+
+
+def _checkpoint_sha(checkpoint: str | None) -> str | None:
+    """SHA-256 of the initial weights (None without).
+
+    Raises:
+        ValueError: a checkpoint file that does not exist.
+    """
+    if checkpoint is None:
+        return None
+    if not Path(checkpoint).expanduser().is_file():
+        raise ValueError(f"teacher checkpoint {checkpoint!r} does not exist")
+    return sha256_file(Path(checkpoint).expanduser())
+
+
+def _run_config(plan: _Plan, sha: str | None) -> dict:
+    """What defines a teacher run's result (its config.json)."""
+    config = {"method": "teacher", "model_name": plan.name, "model_kwargs": plan.model_kwargs, "profile": plan.profile,
+              "data": plan.data or "demo", "init_checkpoint_sha256": sha,
+              "augment": asdict(plan.augment) if plan.augment is not None else None,
+              "train": {k: v for k, v in plan.cfg.to_dict().items() if k not in RUNTIME_ONLY}}
+    if plan.channels_last:  # recorded only where used: the other teachers' configs stay what they were
+        config["memory_format"] = "channels_last"
+    return config
+
+
+def _teacher_body(run: Run, plan: _Plan) -> dict:
+    """Train (or record) the teacher in ``run.dir``; its results."""
+    import torch
+
+    if is_main():  # under torchrun rank 0 keeps the record
+        run.update_manifest(arch=plan.arch)  # find_teachers looks teachers up by arch
+    cfg, augment = plan.cfg, plan.augment
+    torch.manual_seed(cfg.seed)  # the initialisation: the same whatever ran before in this process
+    model = create_model(plan.name, **plan.model_kwargs)
+    if plan.checkpoint is not None:
+        where = plan.checkpoint if plan.hf_state is not None else str(Path(plan.checkpoint).expanduser())
+        _load_pretrained(model, where, plan.log, trains=cfg.epochs > 0, state=plan.hf_state)
+    if plan.channels_last:
+        model = model.to(memory_format=torch.channels_last)  # the convolutions' weights; activations follow
+    pc = model.pretrained_cfg
+    train_set, val_set = datasets(plan.profile, plan.data, tuple(pc["input_size"]), pc.get("mean"), pc.get("std"),
+                                  images=plan.images, augment=augment, eval_transform=eval_transform(pc))
+    options = {}
+    if augment is not None and augment.mixes:
+        options.update(batch_transform=mixup_cutmix(plan.classes, augment.mixup, augment.cutmix, cfg.label_smoothing),
+                       loss_fn=soft_target_cross_entropy())
+    if augment is not None and augment.repeats:
+        options["sampler"] = repeated_augmentation(augment.repeats)
+    if cfg.epochs == 0:
+        return _record_checkpoint(run, model, val_set, cfg, len(train_set))
+    plan.log(f"training {plan.name} ({plan.profile} profile) on {plan.data or 'the demo set'}: {len(train_set)} images, "
+             f"{cfg.epochs} epochs, batch {cfg.batch_size}, lr {cfg.lr:.3g}")
+    history = fit(model, train_set, val_set, cfg, ckpt_dir=run.dir, on_epoch_end=run.log_epoch, **options)
+    final = history[-1]
+    return {"val_acc": final["val_acc"], "val_loss": final["val_loss"], "epochs": len(history),
+            "train_images": len(train_set), "val_images": len(val_set)}
+
+
 def train_teacher(
     arch: str,
     profile: str = "demo",
     *,
     force: bool = False,
-    device: str = "auto",
+    device: "str | torch.device" = "auto",
     data: str | None = None,
     model_name: str | None = None,
     epochs: int | None = None,
     batch_size: int | None = None,
     checkpoint: str | None = None,
+    images: int | None = None,
+    id_suffix: str | None = None,
     log=print,
 ) -> Run:
     """Train (or reuse, or resume) a teacher run.
@@ -248,130 +347,72 @@ def train_teacher(
             backbones under ``paper``) and its recipe.
         profile: ``demo``, ``smoke`` or ``paper``.
         force: retrain even if a complete run exists.
-        device: ``auto``, ``cpu`` or ``cuda``.
+        device: ``auto``, ``cpu``, ``cuda``, or a torch.device already resolved (:func:`run_method`'s).
         data: an ImageFolder root with ``train/`` and ``val/`` (required by ``paper``).
         model_name: a timm architecture (or a ``PAPER_BACKBONES`` alias such as ``deit-b``) instead of the
             profile's model of ``arch``.
         epochs: override the profile's epoch count (0: record ``checkpoint`` as the teacher, untrained).
         batch_size: override the profile's batch size (the paper profile scales the lr with it).
         checkpoint: pretrained weights to start from (module docstring).
+        images: the most training images (``--images``; None: all).
+        id_suffix: what ends the run id (a request's budget overrides, ``RunRequest.id_suffix``); None (a call
+            from Python): ``epochs`` / ``batch_size`` other than the profile's name the run as the CLI's do.
 
     Raises:
         ValueError: unknown arch or model, ``--epochs 0`` without a checkpoint, bad data, missing checkpoint.
     """
-    if arch not in DEMO_TEACHERS:
-        raise ValueError(f"unknown teacher arch {arch!r}; choose from {', '.join(DEMO_TEACHERS)}")
-    prof = budget("teacher", profile)
-    name = backbone(model_name) if model_name else prof.model(arch)
-    import timm
-
-    import methods.teachers  # noqa: F401  (the demo teachers are timm names)
-
-    if not timm.is_model(name):
-        create_model(name)  # its clear error for an unknown name, before anything is written
-    cfg: TrainConfig = replace(prof.config(arch), device=device)
-    if epochs is not None:
-        if epochs < 0:
-            raise ValueError(f"--epochs must be >= 0, got {epochs}")
-        cfg = replace(cfg, epochs=epochs)
-    if batch_size is not None:
-        if batch_size < 1:
-            raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
-        cfg = replace(cfg, batch_size=batch_size)
-    if prof.lr_per_512 is not None:
-        cfg = replace(cfg, lr=prof.lr_per_512 * cfg.batch_size / 512)  # DeiT: 5e-4 x batch / 512
+    recipe = budget("teacher", profile)
+    hf = _hf_checkpoint(checkpoint, model_name)  # --checkpoint hf:DIR: the folder's own architecture and weights
+    name = hf[0].name if hf else _model_name(recipe, arch, model_name)
+    cfg = _train_config(recipe, arch, resolve_device(device), epochs, batch_size)
     if cfg.epochs == 0 and checkpoint is None:
         raise ValueError("--epochs 0 records a teacher without training it: pass its weights with --checkpoint FILE")
-    sha = None
-    if checkpoint is not None:
-        if not Path(checkpoint).expanduser().is_file():
-            raise ValueError(f"teacher checkpoint {checkpoint!r} does not exist")
-        sha = sha256_file(Path(checkpoint).expanduser())
-    if data is not None:
-        data = str(Path(data).expanduser().resolve())
+    sha = hf[1].sha256() if hf else _checkpoint_sha(checkpoint)
+    data = str(Path(data).expanduser().resolve()) if data is not None else None
     classes = _classes(data) if data is not None else []
-    model_kwargs = {"num_classes": len(classes)} if data is not None else {}
-    augment = prof.augment if data is not None else None  # the demo digits have their own jitter
-    config = {"method": "teacher", "model_name": name, "model_kwargs": model_kwargs, "profile": profile,
-              "data": data or "demo", "init_checkpoint_sha256": sha,
-              "augment": asdict(augment) if augment is not None else None,
-              "train": {k: v for k, v in cfg.to_dict().items() if k not in ("device", "progress", "cpu_threads", "num_workers")}}
-    channels_last = arch in prof.channels_last
-    if channels_last:  # recorded only where used: the other teachers' configs stay what they were
-        config["memory_format"] = "channels_last"
-
-    def body(run: Run) -> dict:
-        import torch
-
-        torch.manual_seed(cfg.seed)  # the initialisation: the same whatever ran before in this process
-        model = create_model(name, **model_kwargs)
-        if checkpoint is not None:
-            _load_pretrained(model, str(Path(checkpoint).expanduser()), log, trains=cfg.epochs > 0)
-        if channels_last:
-            model = model.to(memory_format=torch.channels_last)  # the convolutions' weights; activations follow
-        pc = model.pretrained_cfg
-        eval_tf = eval_transform(pc)
-        train_set, val_set = datasets(profile, data, tuple(pc["input_size"]), pc.get("mean"), pc.get("std"),
-                                      augment=augment, eval_transform=eval_tf)
-        options = {}
-        if augment is not None and augment.mixes:
-            options.update(batch_transform=mixup_cutmix(len(classes), augment.mixup, augment.cutmix, cfg.label_smoothing),
-                           loss_fn=soft_target_cross_entropy())
-        if augment is not None and augment.repeats:
-            options["sampler"] = repeated_augmentation(augment.repeats)
-        if cfg.epochs == 0:
-            return _record_checkpoint(run, model, val_set, cfg, len(train_set))
-        log(f"training {name} ({profile} profile) on {data or 'the demo set'}: {len(train_set)} images, "
-            f"{cfg.epochs} epochs, batch {cfg.batch_size}, lr {cfg.lr:.3g}")
-        history = fit(model, train_set, val_set, cfg, ckpt_dir=run.dir, on_epoch_end=run.log_epoch, **options)
-        final = history[-1]
-        return {"val_acc": final["val_acc"], "val_loss": final["val_loss"], "epochs": len(history),
-                "train_images": len(train_set), "val_images": len(val_set)}
-
-    def recorded(run: Run) -> dict:
-        if is_main():  # under torchrun rank 0 keeps the record
-            run.update_manifest(arch=arch)  # find_teachers looks teachers up by arch
-        return body(run)
-
+    if hf and data is None:  # an HF folder on the demo set: its digits' classes (the demo teachers have them built in)
+        classes = list(DEMO_CLASSES)
+    model_kwargs = {**(hf[0].kwargs if hf else {}), **({"num_classes": len(classes)} if classes else {})}
+    plan = _Plan(name, model_kwargs, profile, data, cfg, checkpoint,
+                 recipe.augment if data is not None else None, len(classes), arch in recipe.channels_last, images,
+                 arch, log, hf[0].model.state_dict() if hf else None)
     rid = teacher_run_id(arch, profile, name, data=data, init_sha256=sha)
-    if active_overrides() is None:  # called from Python with epochs / batch_size: they name the run as the CLI's do
+    if id_suffix is None:  # called from Python with epochs / batch_size: they name the run as the CLI's do
         base = get_method("teacher").budgets[profile].config(arch)
         tokens = [f"e{cfg.epochs}"] * (cfg.epochs != base.epochs) + [f"b{cfg.batch_size}"] * (cfg.batch_size != base.batch_size)
-        if tokens:
-            rid += ("." if "+" in rid else "+") + ".".join(tokens)
-    return ensure_run(rid, config, recorded, force=force, log=log)
+        rid += (("." if "+" in rid else "+") + ".".join(tokens)) if tokens else ""
+    else:
+        rid = suffixed_id(rid, id_suffix)
+    return ensure_run(rid, _run_config(plan, sha), lambda run: _teacher_body(run, plan), force=force, log=log)
+
+
+def _hf_checkpoint(checkpoint: str | None, model_name: str | None):
+    """``(Converted, HFFolder)`` of ``--checkpoint hf:DIR`` (:mod:`workbench.hf`), else None."""
+    if checkpoint is None or not str(checkpoint).startswith("hf:"):
+        return None
+    if model_name:
+        raise ValueError(f"--checkpoint {checkpoint} brings its own architecture; drop --model {model_name}")
+    from workbench.hf import load_hf
+
+    return load_hf(checkpoint)
 
 
 def _record_checkpoint(run: Run, model, val_set: Dataset, cfg: TrainConfig, train_images: int) -> dict:
-    """``--epochs 0``: the checkpoint becomes the run's weights after one evaluation on the held-out set."""
+    """``--epochs 0``: the checkpoint becomes the run's weights after one evaluation on the held-out set (on
+    ``cfg.device``, resolved by :func:`train_teacher`)."""
     from torch.utils.data import DataLoader
 
-    from methods.train import atomic_save_safetensors, evaluate, resolve_device
+    from workbench.runtime import atomic_save_safetensors, evaluate, workers_for
 
-    dev = resolve_device(cfg.device)
-    model.to(dev)
-    metrics = evaluate(model, DataLoader(val_set, batch_size=256, num_workers=cfg.num_workers), dev)
+    model.to(cfg.device)
+    metrics = evaluate(model, DataLoader(val_set, batch_size=256, num_workers=workers_for(cfg, cfg.device)), cfg.device)
     if is_main():  # under torchrun rank 0 keeps the record
         atomic_save_safetensors(model.state_dict(), run.checkpoint)
     return {**metrics, "epochs": 0, "train_images": train_images, "val_images": len(val_set)}
 
 
-@dataclass(frozen=True)
-class TeacherRef:
-    """A method's teacher, identified without loading it: a complete teacher run, or a timm name + weights file."""
-
-    ref: str  # run id or timm name as given
-    tag: str  # short name for the student's run ids: the run id without "teacher-" ("vit-demo"), or the timm name
-    model_name: str  # timm architecture
-    model_kwargs: dict = field(default_factory=dict)  # timm.create_model kwargs of the architecture
-    checkpoint: str | None = None  # weights file (None for a run: its own checkpoint)
-    sha256: str | None = None  # hash of the teacher weights
-    run: str | None = None  # teacher run id, if any
-    data: str | None = None  # the data the teacher run was trained / evaluated on (None: a timm name + weights)
-
-
 def resolve_teacher(teacher: str | Run | None, profile: "str | Profile", *, default_arch: str, family: str,
-                    checkpoint: str | None = None, device: str = "auto", data: str | None = None,
+                    checkpoint: str | None = None, device: "str | torch.device" = "auto", data: str | None = None,
                     log: Callable[[str], None] = print) -> TeacherRef:
     """Identify a method's teacher; a demo arch is trained (or reused) first.
 
@@ -406,6 +447,8 @@ def resolve_teacher(teacher: str | Run | None, profile: "str | Profile", *, defa
             teacher = found[0].id
         else:
             teacher = train_teacher(teacher, prof.name, device=device, data=data, log=log).id
+    if teacher.startswith("hf:"):  # a Hugging Face folder, converted to timm (workbench.hf)
+        return _hf_teacher(teacher, checkpoint)
     run = find_run(teacher)
     if run is not None:
         if checkpoint is not None:
@@ -426,6 +469,20 @@ def resolve_teacher(teacher: str | Run | None, profile: "str | Profile", *, defa
     return TeacherRef(teacher, f"{teacher}+ck{sha[:8]}", teacher, {}, str(path), sha)  # the weights are in the id
 
 
+def _hf_teacher(ref: str, checkpoint: str | None) -> TeacherRef:
+    """``hf:DIR`` as a teacher: its timm name and JSON kwargs, the weights' hash in the students' ids."""
+    import re
+
+    from workbench.hf import load_hf
+
+    if checkpoint is not None:
+        raise ValueError(f"teacher {ref!r} is a Hugging Face folder with its own weights; drop --checkpoint")
+    converted, folder = load_hf(ref)
+    sha = folder.sha256()
+    tag = f"hf-{re.sub(r'[^A-Za-z0-9_.-]', '_', folder.path.resolve().name)}+ck{sha[:8]}"
+    return TeacherRef(ref, tag, converted.name, converted.kwargs, None, sha)
+
+
 def _tag(run: Run) -> str:
     """The teacher part of its students' ids: ``vit-demo`` for ``teacher-vit-demo``, ``resnet18+flowers_3fa2.e0-paper``
     for ``teacher-resnet18-paper+flowers_3fa2.e0`` (the profile last, as the students' ids end with it)."""
@@ -440,7 +497,8 @@ def _run(req: RunRequest, arch: str, model: str | None = None, checkpoint: str |
     # --epochs / --batch-size are the shared budget overrides (workbench.pipelines.Overrides): req.budget has them
     cfg = req.budget.config(arch)
     return train_teacher(arch, req.profile.name, force=req.force, device=req.device, data=req.data, model_name=model,
-                         epochs=cfg.epochs, batch_size=cfg.batch_size, checkpoint=checkpoint, log=req.log)
+                         epochs=cfg.epochs, batch_size=cfg.batch_size, checkpoint=checkpoint, images=req.images,
+                         id_suffix=req.id_suffix, log=req.log)
 
 
 register_method(Method(
@@ -454,4 +512,5 @@ register_method(Method(
     examples=("workbench train teacher --arch vit", "workbench train teacher --arch swin --profile smoke --force",
               "workbench train teacher --arch vit --profile paper --data ~/imagenet --checkpoint deit_s.safetensors "
               "--epochs 0"),
+    extra={"resolve": resolve_teacher},  # how run_method resolves any method's teacher
 ))

@@ -453,8 +453,8 @@ def stream_analysis(kind: str, model: str, images: str, out: str | Path, *, chec
     """
     import torch.distributed as dist
 
-    from methods.train import init_distributed, resolve_device
     from workbench.models import load_model
+    from workbench.runtime import init_distributed, resolve_device
 
     opts = opts or StreamOptions()
     out = Path(out).expanduser()

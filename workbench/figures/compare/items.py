@@ -119,16 +119,14 @@ def _comparison(arch: str):
 
         if not students_of(arch):
             return xr.Dataset(attrs={"arch": arch, "title": ARCH_TITLE[arch], "students": "[]"})
-        from workbench.pipelines import user_images
-
         b = BUDGETS[ctx.profile.name]
         teacher, runs, models = _models(ctx, arch)
-        # user_images: the paper profile's images come from the user's val/
-        ds = compare_loaded(models, user_images(b.images), ig_steps=b.ig_steps, ig_tolerance=b.ig_tolerance,
+        # image_spec: the paper profile's images come from the user's val/
+        ds = compare_loaded(models, ctx.image_spec(b.images), ig_steps=b.ig_steps, ig_tolerance=b.ig_tolerance,
                             ig_max_steps=b.ig_max_steps, steps=b.steps, attributions=b.attributions,
                             infidelity=False, correspondence={s.label: s.blocks for s in students_of(arch)
                                                               if s.blocks is not None})
-        held = compare_loaded(models, user_images(b.agreement_images), parts=("predictions",))
+        held = compare_loaded(models, ctx.image_spec(b.agreement_images), parts=("predictions",))
         specs = {s.label: s for s in students_of(arch)}
         order = list(ds["model"].values)
         every = {TEACHER: teacher, **runs}
@@ -147,7 +145,7 @@ def _comparison(arch: str):
         ds["val_acc"].attrs.update(units="fraction", long_name="held-out top-1 accuracy (the run's own evaluation)")
         ds["macs"].attrs.update(units="MACs per image", long_name="methods.flops.count_macs")
         return ds.assign_attrs(arch=arch, title=f"{ARCH_TITLE[arch]} ({teacher.id})", teacher_run=teacher.id,
-                               heldout_images=held.sizes["sample"], agreement_images=user_images(b.agreement_images),
+                               heldout_images=held.sizes["sample"], agreement_images=ctx.image_spec(b.agreement_images),
                                budget=json.dumps(asdict(b)), students=json.dumps(order[1:]))
 
     make.__name__ = f"compare_{arch}"

@@ -58,12 +58,12 @@ def far_runs(ctx: Context):
     return teacher, ctx.use_run(open_run(pruned.config["source_run"])), pruned
 
 
-@student("FAR", method="far", teacher="vit", after=("far.runs",))
+@student("FAR", method="far", teacher="vit", after=("far.runs",), maps="saliency")
 def far_student(ctx: Context):
     return far_runs(ctx)[1]
 
 
-@student("FAR†", method="far", teacher="vit", after=("far.runs",))
+@student("FAR†", method="far", teacher="vit", after=("far.runs",), maps="saliency")
 def pruned_far_student(ctx: Context):
     return far_runs(ctx)[2]
 

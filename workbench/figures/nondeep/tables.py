@@ -22,6 +22,7 @@ from workbench.figures.context import Context
 from workbench.figures.nondeep.findings import exactness_verdict, table5_verdict
 from workbench.figures.nondeep.items import PAPER, dashed, nondeep_budget, students, table5_runs
 from workbench.plots.table import Table
+from workbench.stats import wilson_interval
 
 
 # ---------------------------------------------------------------------------------------- Table 5
@@ -86,14 +87,6 @@ def table5_seeds_data(ctx: Context) -> xr.Dataset:
                             div=("arm", [bool(d) for _, d in b.ablation_rows]))
 
 
-def _wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    p = k / n
-    den = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return mid - half, mid + half
-
-
 NAMES = {"none": "no joining (λ = 0)", "instant": "instant joining (λ = 1)", "linear": "linear", "cosine": "cosine",
          "exponential": "exponential", "sqrt": "sqrt"}
 
@@ -120,7 +113,7 @@ def table5(ds: xr.Dataset, seeds: xr.Dataset | None = None) -> Table:
     for i in range(ds.sizes["row"]):
         s, div = str(ds.schedule.values[i]), bool(ds["div"].values[i])
         c = ds["correct"].values[i]
-        lo, hi = _wilson(int(c.sum()), n)
+        lo, hi = wilson_interval(float(c.mean()), n)
         delta = None if i == ref else "{:+.1f} ± {:.1f}".format(*_paired(ds, i, ref))
         rows.append({"λ schedule": NAMES.get(s, s), "div. reg.": "✓" if div else "✗",
                      "deployed model": f"{int(ds.blocks.values[i])} blocks ({ds.form.values[i]})",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
@@ -32,23 +32,14 @@ from methods.attentionlite import (
     weight_masks_density,
 )
 from methods.devices import exact_float32
-from methods.train import (
-    TrainConfig,
-    TrainHook,
-    atomic_save_safetensors,
-    cpu_threads,
-    evaluate,
-    fit,
-    is_main,
-    resolve_device,
-)
 from workbench.models import create_model
 from workbench.pipelines.attentionlite.budgets import AttentionLiteBudget
-from workbench.pipelines.common import limited
+from workbench.pipelines.common import limited, opening, teacher_val_acc
 from workbench.runs import Run, RunError
+from workbench.runtime import TrainConfig, TrainHook, atomic_save_safetensors, evaluate, fit, is_main
 
 if TYPE_CHECKING:
-    from workbench.pipelines.teacher import TeacherRef
+    from workbench.pipelines import RunRequest
 
 __all__ = ["RunSpec", "StepDecay", "sparse_distill", "SHRINK_TOLERANCE"]
 
@@ -109,11 +100,20 @@ def _macs(model: nn.Module, input_size: tuple[int, ...]) -> dict[str, float]:
     return count_macs_sparse(cpu, torch.zeros(1, *input_size))
 
 
-def sparse_distill(run: Run, t: "TeacherRef", spec: RunSpec, budget: AttentionLiteBudget, cfg: TrainConfig, profile: str,
-                   data: str | None, device: str, log: Callable[[str], None]) -> dict:
-    """Algorithm 1 with Eq. 2 for ``spec`` in ``run.dir``; returns the run's results (module docstring)."""
-    with cpu_threads(budget.cpu_threads, resolve_device(device)):
-        return _sparse_distill(run, t, spec, budget, cfg, profile, data, device, log)
+def sparse_distill(run: Run, req: "RunRequest", spec: RunSpec, cfg: TrainConfig) -> dict:
+    """Algorithm 1 with Eq. 2 for ``spec`` in ``run.dir`` (the request's teacher, data and budget, ``cfg`` its
+    training); returns the run's results (module docstring)."""
+    budget: AttentionLiteBudget = req.budget
+    with opening(req, budget.cpu_threads) as start:  # the data on the teacher run's held-out pixels
+        train_set = limited(start.train_set, budget.train_limit)
+        student, loss, sparse, history, train_time = _train(run, req, spec, cfg, start.teacher, train_set, start.val_set)
+        results, deploy, masks, deploy_acc = _deploy(run, spec, student, sparse, start.val_set, start.device)
+        masked_acc = history[-1]["val_acc"]
+        return {**results, "val_acc": masked_acc if deploy_acc is None else deploy_acc, "masked_val_acc": masked_acc,
+                "teacher_val_acc": teacher_val_acc(req), "target_density": spec.density,
+                **_sizes(spec, start.teacher, student, deploy, masks),
+                "at_stages": list(loss.stages) if spec.at else [], "epochs": len(history),
+                "train_images": len(train_set), "val_images": len(start.val_set), "train_time_s": train_time}
 
 
 def _cross_entropy(model: nn.Module, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, dict]:
@@ -122,24 +122,15 @@ def _cross_entropy(model: nn.Module, images: torch.Tensor, targets: torch.Tensor
     return ce, {"ce": ce.detach()}
 
 
-def _sparse_distill(run: Run, t: "TeacherRef", spec: RunSpec, budget: AttentionLiteBudget, cfg: TrainConfig, profile: str,
-                    data: str | None, device: str, log: Callable[[str], None]) -> dict:
-    from workbench.pipelines.common import load_teacher
-    from workbench.pipelines.teacher import datasets, eval_transform
-
-    dev = resolve_device(device)
-    teacher = load_teacher(t, dev)
-    pc = teacher.pretrained_cfg
-    input_size = tuple(pc["input_size"])
-    train_set, val_set = datasets(profile, data, input_size, pc.get("mean"), pc.get("std"),
-                                  eval_transform=eval_transform(pc))  # the teacher run's held-out pixels
-    train_set = limited(train_set, budget.train_limit)
+def _train(run: Run, req: "RunRequest", spec: RunSpec, cfg: TrainConfig, teacher: nn.Module, train_set, val_set):
+    """The sparse distillation itself (one resumable ``fit``): the student, its loss, its sparse-momentum hook (None
+    when dense), the history and the training seconds."""
+    budget: AttentionLiteBudget = req.budget
     torch.manual_seed(spec.seed)  # the student's initialisation
     student = create_model(spec.student, **spec.student_kwargs)
     d = budget.distill
     loss = SparseDistillationLoss(teacher, alpha=d.alpha, beta=d.beta if spec.at else 0.0, rho=d.rho, p=d.p,
                                   at_form=d.at_form, resize=d.resize, kl_scale=d.kl_scale, student=student)
-    train_loss = loss if spec.kd else _cross_entropy
     hooks: list[TrainHook] = []
     sparse = None
     if spec.density < 1.0:
@@ -150,17 +141,22 @@ def _sparse_distill(run: Run, t: "TeacherRef", spec: RunSpec, budget: AttentionL
         hooks.append(sparse)
     if budget.lr_milestones:
         hooks.append(StepDecay(budget.lr_milestones, budget.lr_gamma))
-    log(f"sparse distillation: {spec.student} ({spec.pruning}, d = {spec.density:g}, {'KD+AT' if spec.at else 'KD' if spec.kd else 'no distillation'}, "
-        f"seed {spec.seed}) from {t.ref} on {len(train_set)} images, {cfg.epochs} epochs")
+    req.log(f"sparse distillation: {spec.student} ({spec.pruning}, d = {spec.density:g}, {'KD+AT' if spec.at else 'KD' if spec.kd else 'no distillation'}, "
+            f"seed {spec.seed}) from {req.teacher.ref} on {len(train_set)} images, {cfg.epochs} epochs")
     t0 = time.perf_counter()
-    history = fit(student, train_set, val_set, cfg, loss_fn=train_loss, hooks=hooks, ckpt_dir=run.phase_dir("train"),
-                  on_epoch_end=run.log_epoch)
-    train_time = time.perf_counter() - t0
+    history = fit(student, train_set, val_set, cfg, loss_fn=loss if spec.kd else _cross_entropy, hooks=hooks,
+                  ckpt_dir=run.phase_dir("train"), on_epoch_end=run.log_epoch)
+    return student, loss, sparse, history, time.perf_counter() - t0
+
+
+def _deploy(run: Run, spec: RunSpec, student: nn.Module, sparse: SparseMomentum | None, val_set,
+            dev: torch.device) -> tuple[dict, nn.Module, dict, float | None]:
+    """The deploy form (column pruning: shrunk, checked against the masked model) written as the run's model, with
+    the masks: the shrink check's results, the deploy form, the masks and the deploy form's held-out accuracy (None
+    when the deploy form is the masked model, whose accuracy is its last epoch's)."""
     student.eval()
     masks = sparse.weight_masks() if sparse is not None else {}
     loader = DataLoader(val_set, batch_size=256)
-    masked_acc = history[-1]["val_acc"]
-    dense_counts = count_params(create_model(spec.student, **spec.student_kwargs))
     results: dict = {}
     deploy = student
     if spec.pruning == "column" and masks:
@@ -173,12 +169,19 @@ def _sparse_distill(run: Run, t: "TeacherRef", spec: RunSpec, budget: AttentionL
                            "a bug in methods.attentionlite.shrink; the masked model is in train/model.safetensors")
         results.update(shrunk_vs_masked_max_abs_diff=gap,
                        model={"name": "sa_resnet_column", "kwargs": deploy_kwargs(masks, spec.student, spec.student_kwargs)})
-    val_acc = evaluate(deploy, loader, dev)["val_acc"] if deploy is not student else masked_acc
+    deploy_acc = evaluate(deploy, loader, dev)["val_acc"] if deploy is not student else None
     if is_main():
         if masks:
             atomic_save_safetensors({n: m.to(torch.uint8).contiguous() for n, m in masks.items()}, run.dir / "masks.safetensors",
                                     {"pruning": spec.pruning, "density": str(spec.density)})
         atomic_save_safetensors(deploy.state_dict(), run.checkpoint)
+    return results, deploy, masks, deploy_acc
+
+
+def _sizes(spec: RunSpec, teacher: nn.Module, student: nn.Module, deploy: nn.Module, masks: dict) -> dict:
+    """Densities, parameters and MACs of the teacher, the dense student and its pruned (deploy) form."""
+    input_size = tuple(teacher.pretrained_cfg["input_size"])
+    dense_counts = count_params(create_model(spec.student, **spec.student_kwargs))
     t_params = sum(p.numel() for p in teacher.parameters())
     t_macs = _macs(teacher, input_size)["dense"]
     s_macs = _macs(student, input_size)
@@ -186,15 +189,7 @@ def _sparse_distill(run: Run, t: "TeacherRef", spec: RunSpec, budget: AttentionL
         kept_params, pruned_macs = sum(p.numel() for p in deploy.parameters()), _macs(deploy, input_size)["dense"]
     else:
         kept_params, pruned_macs = count_params(student, masks=masks)["kept"], s_macs["sparse"]
-    teacher_acc = None
-    if t.run is not None:
-        from workbench.runs import open_run
-
-        teacher_acc = open_run(t.run).manifest.get("results", {}).get("val_acc")
     return {
-        **results,
-        "val_acc": val_acc, "masked_val_acc": masked_acc, "teacher_val_acc": teacher_acc,
-        "target_density": spec.density,
         "realised_density": weight_masks_density(masks) if masks else 1.0,  # kept / prunable weights, from the masks
         "nonzero_density": count_params(student)["prunable_nonzero"] / dense_counts["prunable"],  # from the weights
         "teacher_params": t_params, "student_params": dense_counts["total"], "kept_params": kept_params,
@@ -202,6 +197,4 @@ def _sparse_distill(run: Run, t: "TeacherRef", spec: RunSpec, budget: AttentionL
         "teacher_macs": t_macs, "student_macs": s_macs["dense"], "pruned_macs": pruned_macs,
         "param_reduction": t_params / kept_params, "flops_reduction": t_macs / pruned_macs,
         "dense_flops_reduction": t_macs / s_macs["dense"],
-        "at_stages": list(loss.stages) if spec.at else [],
-        "epochs": len(history), "train_images": len(train_set), "val_images": len(val_set), "train_time_s": train_time,
     }

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from methods.attentionlite import DEMO_RECIPE, DistillConfig, SparseConfig
-from methods.train import TrainConfig
+from workbench.runtime import TrainConfig
 
 __all__ = ["AttentionLiteBudget", "BUDGETS"]
 

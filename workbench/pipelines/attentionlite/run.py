@@ -150,8 +150,7 @@ def _run(req, density: float | None = None, pruning: str = "irregular", at: bool
         config["kd"] = False
     rid = run_id(run_tag(req), pruning, density, bool(at), variant=variant, default_variant=b.variant, stem=stem, seed=seed,
                  kd=bool(kd))
-    return student_run(req, rid, config, lambda run: sparse_distill(run, t, spec, b, cfg, req.profile.name, req.data,
-                                                                     req.device, req.log))
+    return student_run(req, rid, config, lambda run: sparse_distill(run, req, spec, cfg))
 
 
 def run_attentionlite(teacher=None, profile: str = "demo", *, device: str = "auto", data: str | None = None,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Optional
 
 from methods.far import FAR_VARIANTS, FARConfig, Grouping, SimInput
-from methods.train import TrainConfig
+from workbench.runtime import TrainConfig
 
 if TYPE_CHECKING:
     from workbench.profiles import Profile

@@ -25,7 +25,7 @@ def table2_rows(variants: Iterable[str], sizes: Iterable[int], repeats: int, war
     Everything runs on one CPU thread (building and counting too: a second thread only oversubscribes a shared
     2-core CPU).
     """
-    from methods.train import cpu_threads
+    from workbench.runtime import cpu_threads
 
     with cpu_threads(1):
         return _measure_all(variants, sizes, repeats, warmup, demo_models, log)

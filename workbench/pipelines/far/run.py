@@ -52,14 +52,12 @@ from methods.far import (
     shrink,
     unfreeze_all,
 )
-from methods.train import TrainConfig, atomic_save_safetensors, cpu_threads, evaluate, fit, is_main
 from workbench.models import create_model, load_model, read_state_dict
 from workbench.pipelines import Method, Option, RunRequest, register_method
 from workbench.pipelines.common import (
     RUNTIME_ONLY,
     limited,
-    load_teacher,
-    method_data,
+    opening,
     phase_logger,
     run_tag,
     student_run,
@@ -68,6 +66,7 @@ from workbench.pipelines.common import (
 )
 from workbench.pipelines.far.budgets import BUDGETS, FARBudget, for_teacher
 from workbench.runs import Run, RunError, open_run
+from workbench.runtime import TrainConfig, atomic_save_safetensors, evaluate, fit, is_main
 
 __all__ = ["BUDGETS", "FARBudget", "run_id", "load_masks"]
 
@@ -122,7 +121,7 @@ def _set_drop_path(model: nn.Module, rate: float) -> None:
                 setattr(blk, name, DropPath(r) if r > 0 else nn.Identity())
 
 
-def _with_device(cfg: TrainConfig, device: str) -> TrainConfig:
+def _with_device(cfg: TrainConfig, device: torch.device) -> TrainConfig:
     return replace(cfg, device=device)
 
 
@@ -137,13 +136,10 @@ def _counts(model: nn.Module) -> dict:
 def _far_body(req: RunRequest, schedule: str, phases: tuple[TrainConfig, TrainConfig], budget: FARBudget,
               table3: bool = False) -> Callable[[Run], dict]:
     def body(run: Run) -> dict:
-        with cpu_threads(phases[0].cpu_threads, req.device):
-            return _far_phases(run)
+        with opening(req, phases[0].cpu_threads, frozen=False) as start:
+            return _far_phases(run, start.teacher, start.train_set, start.val_set)
 
-    def _far_phases(run: Run) -> dict:
-        dev = req.device
-        teacher = load_teacher(req.teacher, dev, frozen=False)
-        train_set, val_set = method_data(req, teacher)
+    def _far_phases(run: Run, teacher: nn.Module, train_set, val_set) -> dict:
         if table3:  # the Table 3 runs' own (smaller) share of the training set
             train_set = limited(train_set, budget.ablation_train_images)
         distill_cfg, finetune_cfg = (_with_device(c, req.device) for c in phases)
@@ -177,16 +173,15 @@ def _far_body(req: RunRequest, schedule: str, phases: tuple[TrainConfig, TrainCo
 
 def _pruned_body(req: RunRequest, far_run: Run, budget: FARBudget) -> Callable[[Run], dict]:
     def body(run: Run) -> dict:
-        with cpu_threads(budget.regularise.cpu_threads, req.device):
-            return _prune_phases(run)
+        student = load_model(far_run.id, device=req.device).model
+        with opening(req, budget.regularise.cpu_threads, model=student) as start:
+            return _prune_phases(run, student, start.train_set, start.val_set)
 
-    def _prune_phases(run: Run) -> dict:
+    def _prune_phases(run: Run, student: nn.Module, train_set, val_set) -> dict:
         dev = req.device
-        student = load_model(far_run.id, device=dev).model
         unfreeze_all(student)
         if budget.drop_path:
             _set_drop_path(student, budget.drop_path)
-        train_set, val_set = method_data(req, student)
         reg_cfg, ft_cfg = _with_device(budget.regularise, req.device), _with_device(budget.masked_finetune, req.device)
         reg = FARLoss(None, "cls", hoyer_weight=budget.hoyer_weight, grouping=budget.grouping,
                       label_smoothing=reg_cfg.label_smoothing)

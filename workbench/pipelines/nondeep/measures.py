@@ -46,7 +46,7 @@ def real_size_rows(b, log: Callable[[str], None]) -> list[dict]:
     """Table 1 at real size (random weights): params, MACs (both conventions), the paper's rows, the paper's R form
     counted by hand, and single-thread latency (round-robin, ``b.table1_repeats`` rounds) of every deployable form."""
     from methods.nondeep import PAPER_TABLE1, PAPER_TABLE6, cost, latencies, paper_r_form_cost
-    from methods.train import cpu_threads
+    from workbench.runtime import cpu_threads
 
     rows, models, size = [], {}, b.real_img_size
     with cpu_threads(1):
@@ -98,7 +98,7 @@ def demo_costs_and_latencies(models: dict[str, nn.Module], input_size: tuple[int
                              warmup: int) -> tuple[dict[str, object], dict[str, float]]:
     """``(name -> cost, name -> single-thread latency in ms)`` of trained demo models (timed round-robin)."""
     from methods.nondeep import cost, latencies
-    from methods.train import cpu_threads
+    from workbench.runtime import cpu_threads
 
     with cpu_threads(1):
         ms = latencies(models, input_size, repeats=repeats, warmup=warmup)
@@ -109,7 +109,7 @@ def memory_rows(b, device: torch.device, log: Callable[[str], None]) -> list[dic
     """Peak memory of one training step (branched forms, DeiT-Tiny) and one inference forward (collapsed forms),
     beside the paper's Tables 10-11."""
     from methods.nondeep import PAPER_MEMORY_GB, peak_memory
-    from methods.train import cpu_threads
+    from workbench.runtime import cpu_threads
 
     rows = []
 

@@ -64,15 +64,14 @@ from methods.nondeep import (
     lambda_schedule,
     teacher_layers,
 )
-from methods.train import TrainConfig, TrainHook, atomic_save_safetensors, cpu_threads, fit, is_main, resolve_device
 from workbench.models import create_model, load_model
 from workbench.pipelines import Method, Option, RunRequest, register_method
 from workbench.pipelines.common import (
     accuracy,
     limited,
-    load_teacher,
     method_data,
     model_counts,
+    opening,
     phase_logger,
     run_tag,
     student_run,
@@ -80,6 +79,7 @@ from workbench.pipelines.common import (
 )
 from workbench.pipelines.nondeep.budgets import BUDGETS, TABLE5_ROWS, NonDeepBudget
 from workbench.runs import Run, open_run
+from workbench.runtime import TrainConfig, TrainHook, atomic_save_safetensors, cpu_threads, fit, is_main
 
 __all__ = ["BUDGETS", "NonDeepBudget", "TABLE5_ROWS", "JoinPlan", "plan", "run_nondeep", "load_branched",
            "load_joined"]
@@ -230,7 +230,7 @@ class JoinSnapshot(TrainHook):
         self._save(model)
 
 
-def _train_config(p: JoinPlan, b: NonDeepBudget, device: str) -> TrainConfig:
+def _train_config(p: JoinPlan, b: NonDeepBudget, device: torch.device) -> TrainConfig:
     j = p.join
     return TrainConfig(epochs=p.epochs, batch_size=j.batch_size, lr=j.lr, weight_decay=j.weight_decay,
                        warmup_epochs=b.warmup_epochs, min_lr=j.lr * b.min_lr_ratio, label_smoothing=b.label_smoothing,
@@ -254,12 +254,10 @@ def _branched_body(req: RunRequest, p: JoinPlan):
     b, t = req.budget, req.teacher
 
     def body(run: Run) -> dict:
-        t0, clock = time.process_time(), wall_clock(resolve_device(req.device))
+        t0, clock = time.process_time(), wall_clock(req.device)
         cfg = _train_config(p, b, req.device)
-        with cpu_threads(b.cpu_threads, req.device):
-            dev = resolve_device(req.device)
-            teacher = load_teacher(t, dev)
-            train_set, val_set = method_data(req, teacher)
+        with opening(req, b.cpu_threads) as start:
+            teacher, train_set, val_set = start.teacher, start.train_set, start.val_set
             if p.table5:  # Table 5 rows train on the profile's (smaller) share of the training set
                 train_set = limited(train_set, b.ablation_train_images)
             model = branch(teacher, p.branches, rectify=p.join.rectify, base=t.model_name,
@@ -284,9 +282,9 @@ def _collapsed_body(req: RunRequest, src: Run, p: JoinPlan):
     b = req.budget
 
     def body(run: Run) -> dict:
-        t0, clock = time.process_time(), wall_clock(resolve_device(req.device))
+        t0, clock = time.process_time(), wall_clock(req.device)
         with cpu_threads(b.cpu_threads, req.device):
-            dev = resolve_device(req.device)
+            dev = req.device
             branched = load_model(src.id, device=dev).model
             lam = get_lambda(branched)
             if 0.0 < lam < 1.0:  # plan() refuses such budgets; a hand-edited run could still get here
@@ -320,12 +318,10 @@ def _baseline_body(req: RunRequest, p: JoinPlan):
     b, t = req.budget, req.teacher
 
     def body(run: Run) -> dict:
-        t0, clock = time.process_time(), wall_clock(resolve_device(req.device))
+        t0, clock = time.process_time(), wall_clock(req.device)
         cfg = _train_config(p, b, req.device)
-        with cpu_threads(b.cpu_threads, req.device):
-            dev = resolve_device(req.device)
-            teacher = load_teacher(t, dev)
-            train_set, val_set = method_data(req, teacher)
+        with opening(req, b.cpu_threads) as start:
+            teacher, train_set, val_set, dev = start.teacher, start.train_set, start.val_set, start.device
             model = depth_baseline(teacher, p.branches, base=t.model_name, base_kwargs=t.model_kwargs)
             model.requires_grad_(True)
             before = accuracy(model, val_set, dev)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
 
 import numpy as np
 import torch
@@ -44,16 +44,23 @@ from methods.slimswin import (
     swin_layers,
     uniform_masks,
 )
-from methods.train import atomic_save_safetensors, cpu_threads, evaluate, fit, resolve_device
-from workbench.models import create_model, load_model, read_state_dict
-from workbench.pipelines.common import IndexedSubset, limited
+from workbench.models import load_model, read_state_dict
+from workbench.pipelines.common import IndexedSubset, datasets, limited, opening
 from workbench.pipelines.heldout import correctness
-from workbench.pipelines.slimswin.body import final_train_config, iteration_train_config, kd_loss_fn, sample_subset
-from workbench.runs import Run, RunError, atomic_write_text
+from workbench.pipelines.slimswin.body import (
+    final_train_config,
+    gated_student,
+    iteration_train_config,
+    kd_loss_fn,
+    load_masks,
+    sample_subset,
+)
+from workbench.runs import Run, atomic_write_text
+from workbench.runtime import atomic_save_safetensors, evaluate, fit
 
 if TYPE_CHECKING:
+    from workbench.pipelines import RunRequest
     from workbench.pipelines.slimswin.budgets import SlimSwinRecipe
-    from workbench.pipelines.teacher import TeacherRef
 
 __all__ = ["MaskChoice", "MASK_CHOICES", "baseline_masks", "finetune_with_masks", "masked_correctness",
            "mask_comparison"]
@@ -101,75 +108,69 @@ def baseline_masks(model_or_config, num_pruned: int, choice: Literal["random", "
     return masks
 
 
-def finetune_with_masks(run: Run, teacher: "TeacherRef", cfg: SlimSwinConfig, recipe: "SlimSwinRecipe", profile: str,
-                        data: str | None, device: str, choice: Literal["random", "uniform"], num_pruned: int,
-                        log: Callable[[str], None]) -> dict:
-    """The fine-tuned baseline run (module docstring, 1.): ``choice`` masks, then SlimSwin's fine-tunes; its results.
+def finetune_with_masks(run: Run, req: "RunRequest", cfg: SlimSwinConfig, choice: Literal["random", "uniform"],
+                        num_pruned: int) -> dict:
+    """The fine-tuned baseline run (module docstring, 1.): ``choice`` masks, then SlimSwin's fine-tunes with the
+    request's teacher, data and recipe (its budget); its results.
 
     Resumable: after every iteration fine-tune the weights go to ``iterations/state.safetensors`` (the count done
     in its metadata); the final fine-tune checkpoints each epoch under ``final/``.
     """
-    with cpu_threads(recipe.cpu_threads, resolve_device(device)):
-        return _finetune(run, teacher, cfg, recipe, profile, data, device, choice, num_pruned, log)
+    recipe: SlimSwinRecipe = req.budget
+    with opening(req, recipe.cpu_threads) as start:  # the unpruned teacher, frozen, and the data on its pixels
+        ref_model, train_set, val_set, dev = start.teacher, start.train_set, start.val_set, start.device
+        model = gated_student(req.teacher, ref_model, cfg.gate_mode, dev)
+        set_mask(model, baseline_masks(model, num_pruned, choice, seed=recipe.seed, exclude=cfg.exclude))
+        model.to(dev)
+        iterations = -(-num_pruned // cfg.step_pairs)  # Algorithm 1's iteration count to reach these pairs
+        t0 = time.perf_counter()
+        _iteration_finetunes(run, req, cfg, (model, ref_model), train_set, iterations, choice)
+        val_loader = DataLoader(val_set, batch_size=256)
+        before = evaluate(model, val_loader, dev)
+        teacher_metrics = evaluate(ref_model, val_loader, dev)
+        iter_time = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        hist = fit(model, limited(train_set, recipe.final_train_images), val_set, final_train_config(cfg, recipe, dev),
+                   loss_fn=kd_loss_fn(ref_model, cfg), ckpt_dir=run.phase_dir("final"),
+                   on_epoch_end=run.log_epoch) if cfg.final_epochs > 0 else []
+        after = hist[-1] if hist and "val_acc" in hist[-1] else evaluate(model, val_loader, dev)
+        masks = get_masks(model)
+        atomic_save_safetensors({f"layer{l}": m.to(torch.uint8) for l, m in enumerate(masks)}, run.dir / "masks.safetensors")
+        atomic_write_text(run.dir / "history.json", json.dumps({"masks": choice, "iterations": iterations, "final": hist}))
+        atomic_save_safetensors(model.state_dict(), run.checkpoint)
+        total = sum(swin_layers(model)[l].num_pairs for l in prunable_layers(model, cfg.exclude))
+        macs, dense = attention_macs(model), attention_macs(model, [torch.ones_like(m) for m in masks])
+        return {"val_acc": after["val_acc"], "val_loss": after["val_loss"], "val_acc_before_final": before["val_acc"],
+                "teacher_val_acc": teacher_metrics["val_acc"], "masks": choice, "target_ratio": cfg.target_ratio,
+                "ratio": num_pruned / total, "pruned_pairs": num_pruned, "prunable_pairs": total, "iterations": iterations,
+                "layer_ratio": {str(g.layer): float((~masks[g.layer]).sum()) / g.num_pairs for g in swin_layers(model)},
+                "attention_macs": sum_macs(macs), "attention_macs_unpruned": sum_macs(dense),
+                "mac_reduction": 1.0 - sum_macs(macs) / sum_macs(dense), "iterative_time_s": iter_time,
+                "final_time_s": time.perf_counter() - t1, "train_images": len(train_set), "val_images": len(val_set)}
 
 
-def _finetune(run, teacher, cfg, recipe, profile, data, device, choice, num_pruned, log) -> dict:
+def _iteration_finetunes(run: Run, req: "RunRequest", cfg: SlimSwinConfig, models: tuple, train_set, iterations: int,
+                         choice: str) -> None:
+    """SlimSwin's fine-tune after each of its ``iterations`` (the same D-hat subsets and seeds as its run) on the
+    masked ``models[0]`` (``models[1]``: the teacher), resumable after each one."""
     from safetensors import safe_open
 
-    from workbench.pipelines.teacher import datasets, eval_transform
-
-    dev = resolve_device(device)
-    ref_model = load_model(teacher.ref, checkpoint=teacher.checkpoint, device=dev).model
-    for p in ref_model.parameters():
-        p.requires_grad_(False)
-    model = add_gates(create_model(teacher.model_name, **teacher.model_kwargs), mode=cfg.gate_mode)
-    keys = model.load_state_dict(ref_model.state_dict(), strict=False)
-    if keys.unexpected_keys or any(not k.endswith((".gate", ".gate_mask")) for k in keys.missing_keys):
-        raise RunError(f"teacher {teacher.ref!r} does not fit {teacher.model_name}: {keys}")
-    set_mask(model, baseline_masks(model, num_pruned, choice, seed=recipe.seed, exclude=cfg.exclude))
-    model.to(dev)
-    pc = ref_model.pretrained_cfg
-    train_set, val_set = datasets(profile, data, tuple(pc["input_size"]), pc.get("mean"), pc.get("std"),
-                                  eval_transform=eval_transform(pc))  # as the teacher run
-    val_loader = DataLoader(val_set, batch_size=256)
-    iterations = -(-num_pruned // cfg.step_pairs)  # Algorithm 1's iteration count to reach these pairs
+    (model, ref_model), recipe = models, req.budget
     n_ft = max(recipe.batch_size, round(cfg.finetune_fraction * len(train_set)))
-    iter_cfg = iteration_train_config(cfg, recipe, dev)
+    iter_cfg = iteration_train_config(cfg, recipe, req.device)
     state = run.phase_dir("iterations") / "state.safetensors"
     done = 0
     if state.exists():
         with safe_open(str(state), framework="pt") as f:
             done = int(f.metadata()["done"])
         model.load_state_dict(read_state_dict(state))
-        log(f"resuming after {done}/{iterations} fine-tunes")
-    t0 = time.perf_counter()
+        req.log(f"resuming after {done}/{iterations} fine-tunes")
     for it in range(done, iterations):  # the same D-hat subsets and seeds as the SlimSwin run's iterations
         idx = sample_subset(len(train_set), n_ft, recipe.seed * 100_003 + 2 * it + 1)
         fit(model, IndexedSubset(train_set, idx), None, replace(iter_cfg, seed=recipe.seed * 1000 + it),
             loss_fn=kd_loss_fn(ref_model, cfg))
         atomic_save_safetensors(model.state_dict(), state, metadata={"done": str(it + 1)})
-        log(f"{choice} masks: fine-tune {it + 1}/{iterations} done")
-    before = evaluate(model, val_loader, dev)
-    teacher_metrics = evaluate(ref_model, val_loader, dev)
-    iter_time = time.perf_counter() - t0
-    final_cfg = final_train_config(cfg, recipe, dev)
-    t1 = time.perf_counter()
-    hist = fit(model, limited(train_set, recipe.final_train_images), val_set, final_cfg, loss_fn=kd_loss_fn(ref_model, cfg),
-               ckpt_dir=run.phase_dir("final"), on_epoch_end=run.log_epoch) if cfg.final_epochs > 0 else []
-    after = hist[-1] if hist and "val_acc" in hist[-1] else evaluate(model, val_loader, dev)
-    masks = get_masks(model)
-    atomic_save_safetensors({f"layer{l}": m.to(torch.uint8) for l, m in enumerate(masks)}, run.dir / "masks.safetensors")
-    atomic_write_text(run.dir / "history.json", json.dumps({"masks": choice, "iterations": iterations, "final": hist}))
-    atomic_save_safetensors(model.state_dict(), run.checkpoint)
-    total = sum(swin_layers(model)[l].num_pairs for l in prunable_layers(model, cfg.exclude))
-    macs, dense = attention_macs(model), attention_macs(model, [torch.ones_like(m) for m in masks])
-    return {"val_acc": after["val_acc"], "val_loss": after["val_loss"], "val_acc_before_final": before["val_acc"],
-            "teacher_val_acc": teacher_metrics["val_acc"], "masks": choice, "target_ratio": cfg.target_ratio,
-            "ratio": num_pruned / total, "pruned_pairs": num_pruned, "prunable_pairs": total, "iterations": iterations,
-            "layer_ratio": {str(g.layer): float((~masks[g.layer]).sum()) / g.num_pairs for g in swin_layers(model)},
-            "attention_macs": sum_macs(macs), "attention_macs_unpruned": sum_macs(dense),
-            "mac_reduction": 1.0 - sum_macs(macs) / sum_macs(dense), "iterative_time_s": iter_time,
-            "final_time_s": time.perf_counter() - t1, "train_images": len(train_set), "val_images": len(val_set)}
+        req.log(f"{choice} masks: fine-tune {it + 1}/{iterations} done")
 
 
 def masked_correctness(teacher: str | Run, masks: dict[str, Sequence[torch.Tensor]], profile: str,
@@ -188,8 +189,6 @@ def masked_correctness(teacher: str | Run, masks: dict[str, Sequence[torch.Tenso
     Returns:
         label -> ``(n,)`` bool, plus ``"teacher"`` (no mask) if asked.
     """
-    from workbench.pipelines.teacher import datasets
-
     ref = str(teacher.dir) if isinstance(teacher, Run) else teacher
     base = load_model(ref, device="cpu").model
     pc = base.pretrained_cfg
@@ -222,8 +221,6 @@ def mask_comparison(teacher: Run, saliency_runs: dict[float, Run], baseline_runs
     """
     import xarray as xr
 
-    from workbench.pipelines.slimswin.run import load_masks
-    from workbench.pipelines.teacher import datasets
 
     ratios = sorted(saliency_runs)
     base = load_model(str(teacher.dir), device="cpu").model

@@ -32,21 +32,14 @@ from methods.slimswin import (
     swin_layers,
     window_head_saliency,
 )
-from methods.train import (
-    TrainConfig,
-    atomic_save_safetensors,
-    cpu_threads,
-    evaluate,
-    fit,
-    init_distributed,
-    is_main,
-)
-from workbench.models import create_model, load_model, read_state_dict
-from workbench.pipelines.common import IndexedSubset, limited, method_data
-from workbench.runs import Run, RunError, atomic_write_text
+from workbench.models import create_model, read_state_dict
+from workbench.pipelines.common import IndexedSubset, limited, opening
+from workbench.runs import Run, RunError, atomic_write_text, open_run
+from workbench.runtime import TrainConfig, atomic_save_safetensors, evaluate, fit, init_distributed, is_main
 
 if TYPE_CHECKING:
     from workbench.pipelines import RunRequest
+    from workbench.pipelines.common import TeacherRef
 
 
 def sample_subset(n_total: int, n: int, seed: int) -> list[int]:
@@ -65,18 +58,18 @@ def kd_loss_fn(teacher: nn.Module, cfg: SlimSwinConfig):
     return loss_fn
 
 
-def iteration_train_config(cfg: SlimSwinConfig, recipe, dev) -> TrainConfig:
+def iteration_train_config(cfg: SlimSwinConfig, recipe, dev: torch.device) -> TrainConfig:
     """The short fine-tune after each of Algorithm 1's pruning steps: constant learning rate, no warm-up (the
     caller sets the seed per iteration)."""
     return TrainConfig(epochs=cfg.iteration_epochs, batch_size=recipe.batch_size, lr=cfg.lr, weight_decay=cfg.weight_decay,
-                       sched="constant", warmup_epochs=0, device=str(dev), progress=False)
+                       sched="constant", warmup_epochs=0, device=dev, progress=False)
 
 
-def final_train_config(cfg: SlimSwinConfig, recipe, dev) -> TrainConfig:
+def final_train_config(cfg: SlimSwinConfig, recipe, dev: torch.device) -> TrainConfig:
     """The final fine-tune's schedule (Algorithm 1, line 20): cosine with warm-up over ``cfg.final_epochs``."""
     return TrainConfig(epochs=cfg.final_epochs, batch_size=recipe.batch_size, lr=cfg.lr, weight_decay=cfg.weight_decay,
                        sched="cosine", warmup_epochs=cfg.warmup_fraction * cfg.final_epochs, warmup_lr=cfg.min_lr,
-                       min_lr=cfg.min_lr, seed=recipe.seed, device=str(dev), progress=recipe.progress)
+                       min_lr=cfg.min_lr, seed=recipe.seed, device=dev, progress=recipe.progress)
 
 
 def _state_metadata(steps: list[dict]) -> dict[str, str]:
@@ -118,6 +111,26 @@ def _step_record(step, saliency: list[torch.Tensor], metrics: dict, iteration: i
             "train_loss": metrics.get("train_loss")}
 
 
+def load_masks(run: str | Run) -> list[torch.Tensor]:
+    """The run's 0/1 masks, one bool ``(num_windows, num_heads)`` tensor per layer (True = kept)."""
+    run = run if isinstance(run, Run) else open_run(run)
+    state = read_state_dict(run.dir / "masks.safetensors")
+    return [state[f"layer{l}"].bool() for l in range(len(state))]
+
+
+def gated_student(teacher: "TeacherRef", ref_model: nn.Module, gate_mode: str, dev: torch.device) -> nn.Module:
+    """The teacher's architecture with SlimSwin's gates (all ones), holding the unpruned teacher's weights, on ``dev``.
+
+    Raises:
+        RunError: the teacher's weights do not fit its architecture.
+    """
+    model = add_gates(create_model(teacher.model_name, **teacher.model_kwargs), mode=gate_mode)
+    keys = model.load_state_dict(ref_model.state_dict(), strict=False)  # the gates stay all-ones
+    if keys.unexpected_keys or any(not k.endswith((".gate", ".gate_mask")) for k in keys.missing_keys):
+        raise RunError(f"teacher {teacher.ref!r} does not fit {teacher.model_name}: {keys}")
+    return model.to(dev)
+
+
 def prune_and_finetune(run: Run, req: "RunRequest", cfg: SlimSwinConfig, start_from: Run | None) -> dict:
     """Algorithm 1 to ``cfg.target_ratio`` then the final fine-tune, in ``run.dir``; returns the run's results.
 
@@ -128,32 +141,41 @@ def prune_and_finetune(run: Run, req: "RunRequest", cfg: SlimSwinConfig, start_f
         cfg: SlimSwin hyper-parameters, with the run's ratio.
         start_from: a compatible complete run whose iterations this run continues, or None.
     """
-    with cpu_threads(req.budget.cpu_threads, req.device):
-        return _prune_and_finetune(run, req, cfg, start_from)
+    init_distributed(req.device)  # a no-op unless launched by torchrun (run_method joined the group already)
+    with opening(req, req.budget.cpu_threads) as start:  # the unpruned teacher, frozen
+        ref_model, train_set, val_set, dev = start.teacher, start.train_set, start.val_set, start.device
+        check_swin(ref_model)
+        model = gated_student(req.teacher, ref_model, cfg.gate_mode, dev)
+        layers = prunable_layers(model, cfg.exclude)
+        total = sum(swin_layers(model)[l].num_pairs for l in layers)
+        steps = _restore(run, model, start_from, total, req.log)
+        t0 = time.perf_counter()
+        _iterate(run, req, cfg, (model, ref_model), (train_set, val_set), steps, total)
+        before = evaluate(model, DataLoader(val_set, batch_size=256), dev)
+        teacher_metrics = evaluate(ref_model, DataLoader(val_set, batch_size=256), dev)
+        iter_time = time.perf_counter() - t0
+        # --- final fine-tune on the full training set (Algorithm 1, line 20), resumable per epoch
+        t1 = time.perf_counter()
+        final_set = limited(train_set, req.budget.final_train_images)  # the demo's shorter final fine-tune
+        final_hist = fit(model, final_set, val_set, final_train_config(cfg, req.budget, dev),
+                         loss_fn=kd_loss_fn(ref_model, cfg), ckpt_dir=run.phase_dir("final"),
+                         on_epoch_end=run.log_epoch) if cfg.final_epochs > 0 else []
+        # the final fine-tune's last epoch evaluated this very model on the held-out set; without one, evaluate here
+        after = final_hist[-1] if final_hist and "val_acc" in final_hist[-1] else \
+            evaluate(model, DataLoader(val_set, batch_size=256), dev)
+        if not is_main():  # rank 0 writes the outputs
+            return {}
+        history = {"prunable_layers": layers, "total_pairs": total, "step_pairs": cfg.step_pairs,
+                   "target_ratio": cfg.target_ratio, "steps": steps, "final": final_hist}
+        return {"val_acc": after["val_acc"], "val_loss": after["val_loss"],
+                "val_acc_before_final": before["val_acc"], "teacher_val_acc": teacher_metrics["val_acc"],
+                **_outputs(run, model, history), "iterative_time_s": iter_time,
+                "final_time_s": time.perf_counter() - t1, "train_images": len(train_set), "val_images": len(val_set)}
 
 
-def _prune_and_finetune(run: Run, req: "RunRequest", cfg: SlimSwinConfig, start_from: Run | None) -> dict:
-    teacher, recipe, data, log = req.teacher, req.budget, req.data, req.log
-    dev = req.device
-    init_distributed(dev)  # a no-op unless launched by torchrun (run_method joined the group already)
-    ref_model = load_model(teacher.ref, checkpoint=teacher.checkpoint, device=dev).model  # the unpruned teacher
-    check_swin(ref_model)
-    for p in ref_model.parameters():
-        p.requires_grad_(False)
-    model = add_gates(create_model(teacher.model_name, **teacher.model_kwargs), mode=cfg.gate_mode)
-    keys = model.load_state_dict(ref_model.state_dict(), strict=False)  # the gates stay all-ones
-    if keys.unexpected_keys or any(not k.endswith((".gate", ".gate_mask")) for k in keys.missing_keys):
-        raise RunError(f"teacher {teacher.ref!r} does not fit {teacher.model_name}: {keys}")
-    model.to(dev)
-    pc = ref_model.pretrained_cfg
-    size, mean, std = tuple(pc["input_size"]), pc.get("mean"), pc.get("std")
-    train_set, val_set = method_data(req, ref_model)
-    plain_train = _saliency_set(train_set, data, size, mean, std)
-    val_loader = DataLoader(val_set, batch_size=256)
-    layers = prunable_layers(model, cfg.exclude)
-    total = sum(swin_layers(model)[l].num_pairs for l in layers)
-
-    # --- iterative phase (Algorithm 1, lines 2-19), resumable after every iteration
+def _restore(run: Run, model: nn.Module, start_from: Run | None, total: int, log) -> list[dict]:
+    """The iteration records done so far (their weights loaded into ``model``): this run's own after an
+    interruption, else those of ``start_from`` (they become this run's), else none."""
     state_path = run.phase_dir("prune") / "state.safetensors"
     steps: list[dict] = []
     if not state_path.exists() and start_from is not None:
@@ -162,19 +184,32 @@ def _prune_and_finetune(run: Run, req: "RunRequest", cfg: SlimSwinConfig, start_
         _save_state(state_path, model, _load_state(parent_state, model))  # the parent's iterations become ours
         run.update_manifest(chained_from=start_from.id)
     if state_path.exists():
+        device = next(model.parameters()).device
         steps = _load_state(state_path, model)
-        model.to(dev)
+        model.to(device)
         if steps:
             log(f"resuming after iteration {steps[-1]['iteration']} ({steps[-1]['num_pruned']}/{total} pairs pruned)")
+    return steps
+
+
+def _iterate(run: Run, req: "RunRequest", cfg: SlimSwinConfig, models: tuple[nn.Module, nn.Module],
+             data: tuple[Dataset, Dataset], steps: list[dict], total: int) -> None:
+    """Algorithm 1's iterative phase (lines 2-19) on the gated ``models[0]`` (``models[1]``: the unpruned teacher)
+    with the training and held-out sets ``data``, after the ``steps`` done; resumable after every iteration
+    (``prune/state.safetensors``); appends each iteration's record to ``steps``."""
+    (model, ref_model), (train_set, val_set) = models, data
+    recipe, dev, log = req.budget, req.device, req.log
+    plain_train = _saliency_set(train_set, req.data, tuple(ref_model.pretrained_cfg["input_size"]),
+                                ref_model.pretrained_cfg.get("mean"), ref_model.pretrained_cfg.get("std"))
+    state_path = run.phase_dir("prune") / "state.safetensors"
     offset = len(steps)
-    n_sal = cfg.saliency_samples
     n_ft = max(recipe.batch_size, round(cfg.finetune_fraction * len(train_set)))
     iter_cfg = iteration_train_config(cfg, recipe, dev)
     last_saliency: list[list[torch.Tensor]] = []
     last_metrics: list[dict] = []
 
     def saliency_fn(m: nn.Module, it: int) -> list[torch.Tensor]:
-        idx = sample_subset(len(plain_train), n_sal, recipe.seed * 100_003 + 2 * (offset + it))  # d-hat
+        idx = sample_subset(len(plain_train), cfg.saliency_samples, recipe.seed * 100_003 + 2 * (offset + it))  # d-hat
         loader = DataLoader(IndexedSubset(plain_train, idx), batch_size=recipe.saliency_batch)
         batches = ((x.to(dev), y.to(dev)) for x, y in loader)
         sal = _same_on_all_ranks(window_head_saliency(m, batches, F.cross_entropy, reduce=cfg.reduce))
@@ -196,43 +231,24 @@ def _prune_and_finetune(run: Run, req: "RunRequest", cfg: SlimSwinConfig, start_
         log(f"iteration {rec['iteration']}: pruned {rec['pruned']} -> {rec['num_pruned']}/{total} pairs "
             f"(ratio {rec['ratio']:.3f}){acc}")
 
-    t0 = time.perf_counter()
     prune(model, cfg.target_ratio, cfg.step_pairs, saliency_fn=saliency_fn, finetune_fn=finetune_fn,
           exclude=cfg.exclude, on_step=on_step)
-    before = evaluate(model, val_loader, dev)
-    teacher_metrics = evaluate(ref_model, val_loader, dev)
-    iter_time = time.perf_counter() - t0
 
-    # --- final fine-tune on the full training set (Algorithm 1, line 20), resumable per epoch
-    final_cfg = final_train_config(cfg, recipe, dev)
-    t1 = time.perf_counter()
-    final_set = limited(train_set, recipe.final_train_images)  # the demo's shorter final fine-tune
-    final_hist = fit(model, final_set, val_set, final_cfg, loss_fn=kd_loss_fn(ref_model, cfg),
-                     ckpt_dir=run.phase_dir("final"), on_epoch_end=run.log_epoch) if cfg.final_epochs > 0 else []
-    # the final fine-tune's last epoch evaluated this very model on the held-out set; without one, evaluate here
-    after = final_hist[-1] if final_hist and "val_acc" in final_hist[-1] else evaluate(model, val_loader, dev)
+
+def _outputs(run: Run, model: nn.Module, history: dict) -> dict:
+    """Write the run's masks, history and weights (with masks); the pruning's results."""
     masks = get_masks(model)
-
-    # --- outputs: weights (with masks), masks, history (rank 0 writes)
-    if not is_main():
-        return {}
     atomic_save_safetensors({f"layer{l}": m.to(torch.uint8) for l, m in enumerate(masks)}, run.dir / "masks.safetensors")
     macs, dense = attention_macs(model), attention_macs(model, [torch.ones_like(m) for m in masks])
-    history = {"prunable_layers": layers, "total_pairs": total, "step_pairs": cfg.step_pairs,
-               "target_ratio": cfg.target_ratio, "steps": steps, "final": final_hist}
     atomic_write_text(run.dir / "history.json", json.dumps(history))
     atomic_save_safetensors(model.state_dict(), run.checkpoint)
-    geo = swin_layers(model)
+    steps, total = history["steps"], history["total_pairs"]
     return {
-        "val_acc": after["val_acc"], "val_loss": after["val_loss"],
-        "val_acc_before_final": before["val_acc"], "teacher_val_acc": teacher_metrics["val_acc"],
-        "target_ratio": cfg.target_ratio, "ratio": steps[-1]["ratio"] if steps else 0.0,
+        "target_ratio": history["target_ratio"], "ratio": steps[-1]["ratio"] if steps else 0.0,
         "pruned_pairs": steps[-1]["num_pruned"] if steps else 0, "prunable_pairs": total, "iterations": len(steps),
-        "layer_ratio": {str(g.layer): float((~masks[g.layer]).sum()) / g.num_pairs for g in geo},
+        "layer_ratio": {str(g.layer): float((~masks[g.layer]).sum()) / g.num_pairs for g in swin_layers(model)},
         "attention_macs": sum_macs(macs), "attention_macs_unpruned": sum_macs(dense),
         "mac_reduction": 1.0 - sum_macs(macs) / sum_macs(dense),
-        "iterative_time_s": iter_time, "final_time_s": time.perf_counter() - t1,
-        "train_images": len(train_set), "val_images": len(val_set),
     }
 
 

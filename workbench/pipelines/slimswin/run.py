@@ -40,15 +40,14 @@ import json
 from dataclasses import asdict, replace
 from typing import Callable, Sequence
 
-import torch
 import torch.nn as nn
 
 from methods.slimswin import SlimSwinConfig, check_swin, pairs_to_prune, prunable_layers, swin_layers
-from workbench.models import create_model, load_model, read_state_dict
+from workbench.models import create_model, load_model
 from workbench.pipelines import Method, Option, RunRequest, budget, register_method, run_method
 from workbench.pipelines.common import run_config, run_tag, student_run
 from workbench.pipelines.slimswin.baselines import MASK_CHOICES, finetune_with_masks
-from workbench.pipelines.slimswin.body import prune_and_finetune
+from workbench.pipelines.slimswin.body import load_masks, prune_and_finetune
 from workbench.pipelines.slimswin.budgets import RECIPES, SlimSwinRecipe
 from workbench.runs import Run, open_run
 
@@ -92,13 +91,6 @@ def parse_ratio(text: str) -> float:
 # --------------------------------------------------------------------------------------------
 # Builder, masks, history
 # --------------------------------------------------------------------------------------------
-
-
-def load_masks(run: str | Run) -> list[torch.Tensor]:
-    """The run's 0/1 masks, one bool ``(num_windows, num_heads)`` tensor per layer (True = kept)."""
-    run = run if isinstance(run, Run) else open_run(run)
-    state = read_state_dict(run.dir / "masks.safetensors")
-    return [state[f"layer{l}"].bool() for l in range(len(state))]
 
 
 def load_history(run: str | Run) -> dict:
@@ -221,8 +213,7 @@ def _run(req: RunRequest, ratio: float, step_pairs: int | None = None, reduce: s
     if masks != "saliency":  # a baseline: the same pairs count and fine-tunes, other masks (no chaining)
         pairs = _pairs_to_prune(cfg, arch)
         return student_run(req, f"{rid}-{masks}", {**config, "masks": masks},
-                           lambda run: finetune_with_masks(run, t, cfg, recipe, req.profile, req.data, req.device,
-                                                           masks, pairs, req.log))
+                           lambda run: finetune_with_masks(run, req, cfg, masks, pairs))
     parent = None
     if start_from is not None:
         parent = _compatible_parent(start_from if isinstance(start_from, Run) else open_run(start_from),

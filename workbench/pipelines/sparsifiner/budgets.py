@@ -10,9 +10,13 @@ epochs; learning rates and batch sizes from the authors' default experiment conf
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from methods.sparsifiner import DEMO_PHASES, Phase1Config, Phase2Config, SparsifinerConfig
-from methods.train import TrainConfig
+from workbench.runtime import TrainConfig
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["SparsifinerBudget", "BUDGETS"]
 
@@ -38,7 +42,7 @@ class SparsifinerBudget:
     baseline_seeds: tuple[int, ...] = (0,)  # random-key draws averaged in sparsifiner.baselines (each: 3 passes over
     # the held-out set; three draws took 93 s of one idle core in all, docs/sparsifiner-demo-budgets.md)
 
-    def train_config(self, phase: Phase1Config | Phase2Config, device: str = "auto") -> TrainConfig:
+    def train_config(self, phase: Phase1Config | Phase2Config, device: "str | torch.device" = "auto") -> TrainConfig:
         """The ``methods.train.fit`` config of one phase (AdamW, cosine; weight decay is the paper's L_spa, §3.3)."""
         return TrainConfig(epochs=phase.epochs, batch_size=phase.batch_size, lr=phase.lr,
                            weight_decay=phase.weight_decay, warmup_epochs=self.warmup_epochs,

@@ -64,13 +64,11 @@ from methods.sparsifiner import (
     unfreeze_all,
 )
 from methods.sparsifiner import budget as attention_budget
-from methods.train import atomic_save_safetensors, cpu_threads, evaluate, fit, is_main, resolve_device
 from workbench.models import create_model, load_model, load_weights, read_state_dict
 from workbench.pipelines import Method, Option, RunRequest, budget, register_method, run_method
 from workbench.pipelines.common import (
-    load_teacher,
-    method_data,
     model_counts,
+    opening,
     phase_logger,
     run_tag,
     student_run,
@@ -78,6 +76,7 @@ from workbench.pipelines.common import (
 )
 from workbench.pipelines.sparsifiner.budgets import BUDGETS, SparsifinerBudget
 from workbench.runs import Run, open_run
+from workbench.runtime import atomic_save_safetensors, evaluate, fit, is_main
 
 __all__ = ["BUDGETS", "SparsifinerBudget", "run_sparsifiner", "run_sweep", "run_id", "parse_keep_rate", "deploy_model"]
 
@@ -211,10 +210,8 @@ def _phase1_body(req: RunRequest, cfg: SparsifinerConfig) -> Callable[[Run], dic
     b: SparsifinerBudget = req.budget
 
     def body(run: Run) -> dict:
-        dev = resolve_device(req.device)
-        with cpu_threads(b.cpu_threads, dev):
-            teacher = load_teacher(req.teacher, dev)
-            train_set, val_set = method_data(req, teacher)
+        with opening(req, b.cpu_threads) as start:
+            teacher, train_set, val_set, dev = start.teacher, start.train_set, start.val_set, start.device
             torch.manual_seed(b.seed)  # the predictors' initialisation (the keep-rate runs redo it for "untrained")
             student = freeze_for_phase1(replace_attention(teacher, cfg))
             loss = Phase1Loss(b.phase1.attn_weight, b.phase1.spa_weight, b.phase1.recon)
@@ -235,10 +232,8 @@ def _keep_body(req: RunRequest, cfg: SparsifinerConfig, kwargs: dict, phase1: Ru
     b: SparsifinerBudget = req.budget
 
     def body(run: Run) -> dict:
-        dev = resolve_device(req.device)
-        with cpu_threads(b.cpu_threads, dev):
-            teacher = load_teacher(req.teacher, dev)
-            train_set, val_set = method_data(req, teacher)
+        with opening(req, b.cpu_threads) as start:
+            teacher, train_set, val_set, dev = start.teacher, start.train_set, start.val_set, start.device
             loader = DataLoader(val_set, batch_size=256)
             torch.manual_seed(b.seed)  # the phase-1 run's starting point: the predictors as initialised
             init_acc = evaluate(replace_attention(teacher, cfg), loader, dev)["val_acc"]
@@ -273,10 +268,8 @@ def _linformer_body(req: RunRequest, keep_rate: float) -> Callable[[Run], dict]:
     b: SparsifinerBudget = req.budget
 
     def body(run: Run) -> dict:
-        dev = resolve_device(req.device)
-        with cpu_threads(b.cpu_threads, dev):
-            teacher = load_teacher(req.teacher, dev)
-            train_set, val_set = method_data(req, teacher)
+        with opening(req, b.cpu_threads) as start:
+            teacher, train_set, val_set = start.teacher, start.train_set, start.val_set
             p2 = b.phase2
             loss = Phase2Loss(teacher, p2.token_weight, p2.cls_weight, 0.0, p2.kl_direction)
             torch.manual_seed(b.seed)  # E and F
@@ -334,7 +327,6 @@ def _run(req: RunRequest, keep_rate: float, linformer: bool = False, renormalize
         req = dataclasses.replace(req, budget=replace(req.budget, seed=seed))  # the same config and id at the profile's
     b: SparsifinerBudget = req.budget
     req.profile.require_data(req.data)
-    resolve_device(req.device)
     arch = create_model(req.teacher.model_name, **req.teacher.model_kwargs)
     check_vit(arch)  # a clear error for a Swin, a CNN, ... before any run directory exists
     tokens, _ = num_tokens(arch)
