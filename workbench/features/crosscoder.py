@@ -122,7 +122,7 @@ class Crosscoder(nn.Module):
 def save_crosscoder(cc: Crosscoder, path: str | Path, extra: dict[str, torch.Tensor] | None = None,
                     metadata: dict[str, str] | None = None) -> Path:
     """Write the crosscoder (and ``extra`` tensors, e.g. optimizer state) to a safetensors file, atomically."""
-    from methods.io import atomic_save_safetensors
+    from workbench.runtime import atomic_save_safetensors
 
     meta = {"dims": json.dumps(cc.dims), "width": str(cc.width), "k": str(cc.k), "momentum": str(cc.momentum),
             **(metadata or {})}

@@ -21,9 +21,9 @@ from typing import Callable, Iterator, Mapping
 import torch
 import torch.nn as nn
 
-from methods.train import resolve_device
 from workbench.features.crosscoder import Crosscoder, CrosscoderConfig, load_crosscoder, save_crosscoder
 from workbench.features.pairs import ImageSource, image_batches, paired_tokens
+from workbench.runtime import resolve_device
 
 __all__ = ["train_crosscoder", "fit_crosscoder", "crosscoder_loss", "BatchFn"]
 
