@@ -14,6 +14,14 @@ as it writes into both models), so the mean L0 is ``k`` while a token may use mo
 and whenever :attr:`Crosscoder.training` is off, a latent fires where its score passes :attr:`Crosscoder.threshold`,
 the running mean of the smallest score kept per training batch, so a token's code no longer depends on its batch.
 
+BatchTopK alone puts no price on a decoder row: a latent for a feature only the teacher has may keep a student row
+that mops up other latents' errors on its tokens, and two exclusive features that never co-occur (one per model) can
+merge into one "shared" latent whose rows cancel each other elsewhere — on a tiny ViT with a planted teacher-only
+and student-only feature, BatchTopK alone read their relative norms as 0.3-0.47 and 0.5-0.6. So training adds
+Lindsey et al.'s sparsity term with a small weight, ``norm_coef · Σ_j f_j Σ_m ‖W_dec,m[j]‖`` (the L0 budget stays
+BatchTopK's): a row that buys little reconstruction shrinks, and the planted latents read 0.02 and 0.96-0.98.
+Latent Scaling (:mod:`~workbench.features.diff`) then checks that an exclusive latent was not shrunk too far.
+
 Dead latents (not selected for ``dead_after`` tokens) learn from the AuxK loss of Gao et al. 2024: their top
 ``aux_k`` pre-activations reconstruct the main reconstruction's error.
 
@@ -53,6 +61,7 @@ class CrosscoderConfig:
     init_norm: float = 0.1  # initial decoder-row norm per model (encoder = decoder transposed)
     seed: int = 0  # initialisation and image order
     checkpoint_every: int = 50  # steps between checkpoints (and always at the end)
+    norm_coef: float = 0.03  # weight of Lindsey et al.'s decoder-norm penalty Σ_j f_j Σ_m ‖W_dec,m[j]‖ (0: none)
 
     def __post_init__(self) -> None:
         if self.width < 1 or self.k < 1 or self.k > self.width:

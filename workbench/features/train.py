@@ -2,7 +2,8 @@
 
 One step = one batch of ``batch_images`` images: both models run on it (up to the paired hook points only), and all
 its tokens form one BatchTopK batch. Loss = Σ_m mean squared error of model ``m`` in its scaled units (each model's
-token variance is 1 there, so a model's term is its share of unexplained variance) + ``aux_coef`` × AuxK.
+token variance is 1 there, so a model's term is its share of unexplained variance) + ``norm_coef`` × the decoder-norm
+penalty (:mod:`~workbench.features.crosscoder`) + ``aux_coef`` × AuxK.
 
 Resuming: with ``checkpoint=PATH``, the crosscoder, Adam's moments, the step and each latent's tokens-since-firing are
 written there every ``checkpoint_every`` steps (safetensors, atomically); a call with the same path and config
@@ -36,6 +37,8 @@ def crosscoder_loss(cc: Crosscoder, xs: list[torch.Tensor], since_fired: torch.T
     recon, codes, pre = cc(xs)
     errs = [(x - r) * cc.scale[m] for m, (x, r) in enumerate(zip(xs, recon))]  # per model (N, d_m), scaled units
     loss = sum(e.pow(2).sum(1).mean() for e in errs)
+    if cfg.norm_coef > 0:
+        loss = loss + cfg.norm_coef * (codes * cc.decoder_norms().sum(0)).sum(1).mean()
     with torch.no_grad():
         since_fired += codes.shape[0]
         since_fired[(codes > 0).any(0)] = 0
