@@ -169,12 +169,26 @@ def test_planted_model_features_are_recovered(tmp_path):
     names = {"teacher": "blocks.1.hook_resid_post", "student": "blocks.1.hook_resid_post"}
     cfg = CrosscoderConfig(width=64, k=4, lr=5e-3, epochs=25, batch_images=16, seed=0, dead_after=5000)
     cc = train_crosscoder(models, names, train, cfg, checkpoint=tmp_path / "cc.safetensors", device="cpu")
-    diff = crosscoder_diff(cc, [paired_tokens(models, names, held[i:i + 32]) for i in (0, 32)])
-    j, cos = _best(cc, 0, u)
-    assert cos >= 0.9 and diff.latent_class.values[j] == "teacher_only", (cos, float(diff.relative_norm[j]))
-    j, cos = _best(cc, 1, v)
-    assert cos >= 0.9 and diff.latent_class.values[j] == "student_only", (cos, float(diff.relative_norm[j]))
+    held_batches = [paired_tokens(models, names, held[i:i + 32]) for i in (0, 32)]
+    diff = crosscoder_diff(cc, held_batches)
+    planted = []
+    for model, direction, cls in ((0, u, "teacher_only"), (1, v, "student_only")):
+        j, cos = _best(cc, model, direction)
+        assert cos >= 0.9 and diff.latent_class.values[j] == cls, (cos, float(diff.relative_norm[j]))
+        # Latent Scaling: the other model has nothing along the planted direction (u projected out, v never written)
+        assert diff.scaling_verdict.values[j] == "confirmed", diff.nu.values[:, j]
+        planted.append(j)
     assert (diff.fve > 0.8).all(), diff.fve.values
+    # a fake exclusive: the busiest shared latent with its student row zeroed reads teacher_only by its norms, but the
+    # student (the teacher's copy outside u and v) still has its direction: Latent Scaling flags it
+    shared = (diff.latent_class.values == "shared") & ~diff.dead.values
+    fake = int(np.flatnonzero(shared)[diff.firing_rate.values[shared].argmax()])
+    with torch.no_grad():
+        cc.W_dec[1][fake].zero_()
+    faked = crosscoder_diff(cc, held_batches)
+    assert faked.latent_class.values[fake] == "teacher_only"
+    assert faked.scaling_verdict.values[fake] == "in_other", faked.nu.values[:, fake]
+    assert (faked.scaling_verdict.values[planted] == "confirmed").all()
 
 
 def test_an_interrupted_training_resumes_to_the_same_crosscoder(tmp_path):
