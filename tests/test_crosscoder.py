@@ -212,3 +212,31 @@ def test_an_interrupted_training_resumes_to_the_same_crosscoder(tmp_path):
         fit_crosscoder(batches, 12, CrosscoderConfig(width=16, k=2), checkpoint=path, device="cpu")
     with pytest.raises(ValueError, match="ran out"):
         fit_crosscoder(lambda e, s: batches(e, s), 20, cfg, device="cpu")
+
+
+# ------------------------------------------------------------------------------------------------------------ CLI
+def test_cli_features_writes_a_diff_resumes_and_refuses_bad_pairs(tmp_path, capsys):
+    from workbench.cli import main
+    from workbench.store import open_store
+
+    out = tmp_path / "f.nc"
+    args = ["features", "--teacher", "vit_demo", "--student", "vit_demo", "--images", "demo:train[:32]",
+            "--held-out", "demo:val[:8]", "--width", "32", "--k", "2", "--batch-images", "16", "--block", "2",
+            "--out", str(out), "--device", "cpu"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "blocks.2.hook_resid_post" in printed and "wrote" in printed
+    ds = open_store(out)
+    assert ds.sizes["latent"] == 32 and set(ds.model.values) == {"teacher", "student"}
+    assert int(ds.n_teacher_only) + int(ds.n_student_only) == 0  # a random-init vit_demo against itself
+    assert (ds.fve.values > 0).all() and ds.attrs["hooks"] and ds.attrs["model_name"] == "vit_demo"
+    ds.close()
+    ckpt = tmp_path / "f.crosscoder.safetensors"
+    stamp = ckpt.stat().st_mtime_ns
+    assert main(args) == 0 and ckpt.stat().st_mtime_ns == stamp  # complete: reused, not retrained
+    for bad, why in ((["--student", "no-such-run"], "student"), (["--block", "99"], "block 99"),
+                     (["--student", "cnn_demo"], "--groups")):
+        a = list(args)
+        a[a.index(bad[0]) + 1] = bad[1]
+        assert main(a) == 2
+        assert why in capsys.readouterr().err

@@ -174,7 +174,9 @@ def _dataset(cc: Crosscoder, totals: _Totals, labels: list[str], th: ClassThresh
     ds = _with_scaling(ds, cc, totals, classes, live, th)
     ds["relative_norm"].attrs.update(units="1", long_name="‖d_student‖ / (‖d_teacher‖ + ‖d_student‖)")
     ds["fve"].attrs.update(units="1", long_name="fraction of variance explained on held-out tokens")
-    ds["nu"].attrs.update(units="1", long_name="Latent Scaling: β(other model) / β(owner)")
+    ds["nu"].attrs.update(units="1", long_name="Latent Scaling: β(other model) / β(owner)",
+                          nan_means="models of different widths, or the owner's β is 0")
+    ds["beta"].attrs.update(units="1", nan_means="models of different widths (no shared space)")
     ds["l0"].attrs.update(units="latents per token", long_name="mean active latents per held-out token")
     return ds.assign_attrs(analysis="crosscoder_diff", thresholds=json.dumps(asdict(th)), held_out_tokens=totals.n,
                            width=cc.width, k=cc.k)

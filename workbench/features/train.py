@@ -85,7 +85,7 @@ BatchFn = Callable[[int, int], Iterator[list[torch.Tensor]]]
 
 def train_crosscoder(models: Mapping[str, nn.Module], hooks: Mapping[str, str], images: ImageSource,
                      cfg: CrosscoderConfig = DEFAULT, *, checkpoint: str | Path | None = None,
-                     device: str | torch.device = "auto") -> Crosscoder:
+                     device: str | torch.device = "auto", progress: bool = False) -> Crosscoder:
     """Train (or resume, or reuse when complete) a crosscoder over ``models``' activations at ``hooks`` on ``images``.
 
     Args:
@@ -95,6 +95,7 @@ def train_crosscoder(models: Mapping[str, nn.Module], hooks: Mapping[str, str], 
         cfg: dictionary and training options.
         checkpoint: a safetensors path to write to and resume from (module docstring); None: no checkpoint.
         device: ``auto`` / ``cpu`` / ``cuda``.
+        progress: show a progress bar of the steps (:func:`workbench.progress.progress_bar`).
 
     Returns:
         The crosscoder in eval mode on ``device``.
@@ -107,12 +108,12 @@ def train_crosscoder(models: Mapping[str, nn.Module], hooks: Mapping[str, str], 
             yield paired_tokens(models, hooks, imgs, dev)
 
     return fit_crosscoder(batches, math.ceil(len(images) / cfg.batch_images), cfg, checkpoint=checkpoint,
-                          device=dev, metadata={"hooks": json.dumps(dict(hooks))})
+                          device=dev, metadata={"hooks": json.dumps(dict(hooks))}, progress=progress)
 
 
 def fit_crosscoder(batches: BatchFn, steps_per_epoch: int, cfg: CrosscoderConfig = DEFAULT, *,
                    checkpoint: str | Path | None = None, device: str | torch.device = "auto",
-                   metadata: Mapping[str, str] | None = None) -> Crosscoder:
+                   metadata: Mapping[str, str] | None = None, progress: bool = False) -> Crosscoder:
     """Train on any stream of paired rows (:data:`BatchFn`, ``steps_per_epoch`` batches an epoch); see
     :func:`train_crosscoder`. The first batch of epoch 0 sets the input factors (:meth:`Crosscoder.fit_scale`)."""
     dev = resolve_device(device)
@@ -134,6 +135,27 @@ def fit_crosscoder(batches: BatchFn, steps_per_epoch: int, cfg: CrosscoderConfig
         _load_opt(opt, extra)
     cc.train()
     meta = {"config": json.dumps(asdict(cfg), sort_keys=True), **(metadata or {})}
+    with _bar(progress, total, step) as bar:
+        step = _steps(cc, opt, batches, steps_per_epoch, total, step, since_fired, cfg, path, meta, bar)
+    return cc.eval()
+
+
+def _bar(on: bool, total: int, done: int):
+    from contextlib import nullcontext
+
+    from workbench.progress import progress_bar
+
+    if not on:
+        return nullcontext(None)
+    bar = progress_bar(total, "crosscoder")
+    bar.update(done)
+    return bar
+
+
+def _steps(cc, opt, batches: BatchFn, steps_per_epoch: int, total: int, step: int, since_fired, cfg, path, meta,
+           bar) -> int:
+    """The training loop of :func:`fit_crosscoder` from ``step`` to ``total``; returns ``total``."""
+    dev = cc.b_enc.device
     while step < total:
         before = step
         for xs in batches(step // steps_per_epoch, step % steps_per_epoch):
@@ -142,6 +164,8 @@ def fit_crosscoder(batches: BatchFn, steps_per_epoch: int, cfg: CrosscoderConfig
             loss.backward()
             opt.step()
             step += 1
+            if bar is not None:
+                bar.update(1)
             if path is not None and (step % cfg.checkpoint_every == 0 or step == total):
                 save_crosscoder(cc, path, {**_opt_tensors(opt), "since_fired": since_fired},
                                 {**meta, "step": str(step)})
@@ -150,4 +174,4 @@ def fit_crosscoder(batches: BatchFn, steps_per_epoch: int, cfg: CrosscoderConfig
         if step == before:
             raise ValueError(f"the batches ran out at step {step} of {total} ({steps_per_epoch} per epoch): "
                              "pass the number of batches the stream yields per epoch")
-    return cc.eval()
+    return step
