@@ -51,12 +51,13 @@ class CrosscoderConfig:
 
     width: int = 512  # number of latents (the dictionary's size)
     k: int = 16  # mean number of active latents per token (BatchTopK keeps k × tokens per batch)
-    lr: float = 1e-3  # Adam learning rate
+    lr: float = 4e-3  # Adam learning rate (demo pair, 1 epoch: FVE 0.91 / 0.93 at 1e-3, 0.94 / 0.95 at 4e-3)
     epochs: int = 1  # passes over the training images
     batch_images: int = 32  # images per step (all their tokens form one BatchTopK batch)
     aux_k: int = 64  # dead latents that reconstruct the error in the AuxK loss
-    aux_coef: float = 1 / 32  # weight of the AuxK loss (Gao et al. 2024)
-    dead_after: int = 20_000  # tokens without firing after which a latent counts as dead (for AuxK)
+    aux_coef: float = 0.1  # weight of the AuxK loss (Gao et al. 2024); demo pair, 1 epoch: 24 % of 512 latents dead at
+    # 1/32, 9 % at 0.1, 8 % at 0.25
+    dead_after: int = 5_000  # tokens without firing after which a latent counts as dead (for AuxK)
     threshold_momentum: float = 0.9  # running mean of the smallest kept score (the inference threshold; 0.99
     # remembered the first steps, whose scores are small while the decoders grow: L0 34 at k = 16 on the demo)
     init_norm: float = 0.1  # initial decoder-row norm per model (encoder = decoder transposed)
