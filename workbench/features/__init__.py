@@ -6,7 +6,8 @@
 - :mod:`~workbench.features.train`: seeded, resumable training (safetensors checkpoints), on the GPU when present;
 - :mod:`~workbench.features.diff`: per latent the relative decoder norm and class, dead / dense latents; per model
   the fraction of variance explained and L0 on held-out tokens, Latent Scaling on every exclusive latent, as an
-  ``xr.Dataset`` with the ``latent`` dim.
+  ``xr.Dataset`` with the ``latent`` dim;
+- :mod:`~workbench.features.run`: ``workbench features`` (a teacher and a student in, the diff store out).
 """
 
 from workbench.features.crosscoder import Crosscoder, CrosscoderConfig, load_crosscoder, save_crosscoder

@@ -19,7 +19,8 @@ that mops up other latents' errors on its tokens, and two exclusive features tha
 merge into one "shared" latent whose rows cancel each other elsewhere — on a tiny ViT with a planted teacher-only
 and student-only feature, BatchTopK alone read their relative norms as 0.3-0.47 and 0.5-0.6. So training adds
 Lindsey et al.'s sparsity term with a small weight, ``norm_coef · Σ_j f_j Σ_m ‖W_dec,m[j]‖`` (the L0 budget stays
-BatchTopK's): a row that buys little reconstruction shrinks, and the planted latents read 0.02 and 0.96-0.98.
+BatchTopK's): a row that buys little reconstruction shrinks, and the planted latents read 0.02-0.06 and 0.93-0.97
+(seeds 0-2; 0.37 and 0.54 with ``norm_coef=0``).
 Latent Scaling (:mod:`~workbench.features.diff`) then checks that an exclusive latent was not shrunk too far.
 
 Dead latents (not selected for ``dead_after`` tokens) learn from the AuxK loss of Gao et al. 2024: their top
