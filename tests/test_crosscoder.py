@@ -82,6 +82,8 @@ def test_planted_synthetic_features_are_recovered_with_their_class():
     assert cos >= 0.9 and diff.latent_class.values[j] == "teacher_only", (cos, float(diff.relative_norm[j]))
     j, cos = _best(cc, 1, ds[1])
     assert cos >= 0.9 and diff.latent_class.values[j] == "student_only", (cos, float(diff.relative_norm[j]))
+    exclusive = np.isin(diff.latent_class.values, ["teacher_only", "student_only"]) & ~diff.dead.values
+    assert (diff.scaling_verdict.values[exclusive] == "unchecked").all()  # widths 20 and 16: no shared space
     assert (diff.fve > 0.9).all()
     assert abs(float(diff.l0) - 1) < 0.3  # BatchTopK's budget: k = 1 latent per token on average
     # every live shared latent matches a shared ground-truth feature in both models
