@@ -7,8 +7,9 @@ Per latent ``j`` (dim ``latent``):
 - ``relative_norm(latent)``: ``‖d_student‖ / (‖d_teacher‖ + ‖d_student‖)`` (Lindsey et al. 2024: 0 = the teacher
   only, 1 = the student only, ½ = both alike);
 - coord ``latent_class(latent)`` by :class:`ClassThresholds`: ``teacher_only`` below ``exclusive``, ``student_only``
-  above ``1 − exclusive``, ``shared`` within ``shared`` of ½, ``partial`` in between (the bands of Minder et al.
-  2025, Fig. 2); a dead latent keeps its class but is not counted (``n_*`` counts live latents only);
+  above ``1 − exclusive``, ``shared`` within ``shared`` of ½, ``partial`` in between (the band edges of Minder et al.
+  2025, Fig. 2, whose ``Δnorm = ½((‖d_s‖ − ‖d_t‖) / max(‖d_s‖, ‖d_t‖) + 1)`` is another scale: their 0.1 is a norm
+  ratio of 0.2, ours 0.11, so our exclusive band is the stricter); a dead latent keeps its class but is not counted (``n_*`` counts live latents only);
 - ``firing_rate(latent)``: share of held-out tokens where it is active; ``dead`` (never active on them) and
   ``dense`` (active on more than ``dense`` of them).
 
