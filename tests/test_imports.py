@@ -52,7 +52,7 @@ LAYERS = {
     "workbench.profiles": 1, "workbench.progress": 1, "workbench.runtime": 1, "workbench.checkpoints": 1,
     "workbench": 1,  # workbench/__init__ (the version)
     "workbench.models": 2, "workbench.hf": 2,  # hf: Hugging Face folders as timm models, beside the loader that resolves hf:DIR
-    "workbench.analysis": 3, "workbench.explain": 3, "workbench.plots": 3, "workbench.pipelines": 3,
+    "workbench.analysis": 3, "workbench.explain": 3, "workbench.features": 3, "workbench.plots": 3, "workbench.pipelines": 3,
     "workbench.analyze": 4, "workbench.compare": 4, "workbench.explore": 4, "workbench.scale": 4, "workbench.scale.chunked": 1,
     "workbench.figures": 5,
     "workbench.cli": 6, "workbench.scale.cli": 6,

@@ -37,6 +37,8 @@ EXAMPLES = {
     ),
     "explain": ("workbench explain --method generic_attention,rollout,gradcam,ig --model teacher-vit-demo "
                 "--images 'demo:val[:16]' --perturbation --out stores/explain.nc"),
+    "features": ("workbench features --teacher teacher-vit-demo --student far-vit-demo --block 3 --width 512 --k 16 "
+                 "--out stores/far-features.nc"),
     "inspect": "workbench inspect stores/vit.nc\n  workbench inspect stores/val.zarr",
     "stream": ("workbench analyze attention --model teacher-vit-demo --images demo:val --queries cls --dtype float16 "
                "--out stores/val.zarr\n"
@@ -164,6 +166,12 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         from workbench.explain.run import add_explain_flags
 
         add_explain_flags(e)
+    ft = add(sub, "features", "Diff a teacher and a student feature by feature: train a crosscoder over one block "
+             "pair (resumable) and write which latents are shared, teacher-only or student-only.", EXAMPLES["features"])
+    if command == "features":
+        from workbench.features.run import add_features_flags
+
+        add_features_flags(ft)
     i = add(sub, "inspect", "Summarise a store: variables, dims and provenance (checks that it opens).", EXAMPLES["inspect"])
     i.add_argument("store", help="path of a .nc or .zarr store")
     r = add(sub, "reduce", "Reduce a store over samples (mean, std, quantile, top-k; per group with --by), lazily with "
@@ -525,6 +533,12 @@ def cmd_figures(args) -> int:
     return 0
 
 
+def cmd_features(args) -> int:
+    from workbench.features.run import cmd_features as run
+
+    return run(args)
+
+
 def cmd_explain(args) -> int:
     from workbench.explain.run import cmd_explain as run
 
@@ -543,6 +557,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser(_command(argv)).parse_args(argv)
     handlers = {"info": cmd_info, "train": cmd_train, "analyze": cmd_analyze, "compare": cmd_compare, "explain": cmd_explain,
+                "features": cmd_features,
                 "figures": cmd_figures, "inspect": cmd_inspect, "run": cmd_run, "reduce": cmd_reduce}
     try:
         with warnings.catch_warnings():

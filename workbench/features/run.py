@@ -1,0 +1,140 @@
+"""``workbench features``: a teacher and a student in, a crosscoder over one block pair and its diff store out.
+
+The same path from Python (:func:`features`) and the command line (:func:`add_features_flags`,
+:func:`cmd_features`, hooked into :mod:`workbench.cli`). Both models run on the training images (``demo:train``,
+all 4000, by default) up to the paired hook points; all their tokens train a BatchTopK crosscoder
+(:mod:`~workbench.features.train`), checkpointed beside the store (``OUT.crosscoder.safetensors``) so an interrupted
+command resumes where it stopped; the diff (:mod:`~workbench.features.diff`) is measured on the held-out images
+(``demo:val``) and written, stamped, to ``OUT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Sequence
+
+import xarray as xr
+
+__all__ = ["features", "add_features_flags", "cmd_features", "parse_groups"]
+
+
+def parse_groups(spec: str | None) -> tuple[tuple[int, ...], ...] | None:
+    """``"0,1;2,3;4,5"`` -> ``((0, 1), (2, 3), (4, 5))``: the teacher blocks each student block replaces."""
+    if not spec:
+        return None
+    try:
+        return tuple(tuple(int(j) for j in g.split(",")) for g in spec.split(";"))
+    except ValueError:
+        raise ValueError(f"bad --groups {spec!r}: write the teacher blocks each student block replaces, e.g. "
+                         "'0,1;2,3;4,5'") from None
+
+
+def _pick_block(pairs: dict[str, str], block: int | None) -> tuple[str, str]:
+    names = list(pairs)
+    if not names:
+        raise ValueError("no student block corresponds to a teacher block by name; give the student's block "
+                         "correspondence with --groups (e.g. '0,1;2,3;4,5')")
+    if block is None:
+        return names[len(names) // 2], pairs[names[len(names) // 2]]
+    hit = [n for n in names if n.split(".")[-2] == str(block)]
+    if not hit:
+        blocks = [int(n.split(".")[-2]) for n in names]
+        raise ValueError(f"teacher block {block} has no student counterpart; pick one of {blocks} (--block)")
+    return hit[0], pairs[hit[0]]
+
+
+def features(teacher: str, student: str, *, out: str | Path, block: int | None = None,
+             groups: Sequence[Sequence[int]] | None = None, images: str = "demo:train", held_out: str = "demo:val",
+             device: str = "auto", **config) -> Path:
+    """Train (or resume) the crosscoder of ``teacher`` and ``student`` at one block pair; write its diff to ``out``.
+
+    Args:
+        teacher, student: run id / run directory, or timm name.
+        out: the store (``.nc``); the crosscoder's checkpoint goes beside it.
+        block: the teacher block (its index); default the middle one of the paired blocks.
+        groups: the student's block correspondence (``groups[i]``: the teacher blocks its block ``i`` replaces);
+            None pairs blocks by name.
+        images, held_out: image specs of the training and the held-out images.
+        **config: fields of :class:`~workbench.features.CrosscoderConfig` (``width``, ``k``, ``epochs``, ...).
+
+    Raises:
+        ValueError: an unknown model, models of different inputs, a block without a counterpart, bad options.
+    """
+    from workbench.data import load_images
+    from workbench.features.crosscoder import CrosscoderConfig
+    from workbench.features.diff import crosscoder_diff
+    from workbench.features.pairs import image_batches, paired_hooks, paired_tokens
+    from workbench.features.train import train_crosscoder
+    from workbench.models import load_model
+    from workbench.provenance import stamp
+    from workbench.runtime import resolve_device
+    from workbench.store import save
+
+    out = Path(out)
+    if out.suffix != ".nc":
+        raise ValueError(f"--out {out}: the diff store is a .nc file")
+    cfg = CrosscoderConfig(**config)
+    dev = resolve_device(device)
+    loaded = {}
+    for label, ref in (("teacher", teacher), ("student", student)):
+        try:
+            loaded[label] = load_model(ref, device=dev)
+        except ValueError as err:
+            raise ValueError(f"{label}: {err}") from None
+    t, s = loaded["teacher"], loaded["student"]
+    if (t.input_size, t.mean, t.std) != (s.input_size, s.mean, s.std):
+        raise ValueError(f"the teacher takes {t.input_size} images (mean {t.mean}, std {t.std}), the student "
+                         f"{s.input_size} (mean {s.mean}, std {s.std}); pair a student with its own teacher")
+    t_hook, s_hook = _pick_block(paired_hooks(t.model, s.model, groups), block)
+    hooks = {"teacher": t_hook, "student": s_hook}
+    models = {"teacher": t.model, "student": s.model}
+    train = load_images(images, input_size=t.input_size, mean=t.mean, std=t.std)
+    held = load_images(held_out, input_size=t.input_size, mean=t.mean, std=t.std)
+    cc = train_crosscoder(models, hooks, train.tensor, cfg, checkpoint=out.with_suffix(".crosscoder.safetensors"),
+                          device=dev, progress=True)
+    batches = (paired_tokens(models, hooks, x, dev) for _, x in
+               image_batches(held.tensor, cfg.batch_images, seed=0, shuffle=False))
+    ds = crosscoder_diff(cc, batches)
+    ds = stamp(ds, t.source, held.source).assign_attrs(
+        student=json.dumps({k: v for k, v in asdict(s.source).items()}), hooks=json.dumps(hooks),
+        train_images=images, held_out_images=held_out, config=json.dumps(asdict(cfg), sort_keys=True))
+    return save(ds, out)
+
+
+def add_features_flags(p: argparse.ArgumentParser) -> None:
+    """The ``workbench features`` flags."""
+    from workbench.features.crosscoder import CrosscoderConfig
+
+    p.add_argument("--teacher", required=True, help="teacher run id/dir or timm name")
+    p.add_argument("--student", required=True, help="student run id/dir or timm name")
+    p.add_argument("--block", type=int, default=None, help="teacher block index (default: the middle paired block)")
+    p.add_argument("--groups", default=None, help="the student's block correspondence, e.g. '0,1;2,3;4,5' (teacher "
+                                                  "blocks each student block replaces; default: pair by name)")
+    p.add_argument("--images", default="demo:train", help="training images (default: all 4000 demo:train)")
+    p.add_argument("--held-out", default="demo:val", help="held-out images of the diff (default: demo:val)")
+    default = CrosscoderConfig()
+    for f in fields(CrosscoderConfig):
+        if f.name in ("width", "k", "epochs", "batch_images", "lr", "seed"):
+            p.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(default, f.name)), default=None,
+                           help=f"crosscoder {f.name} (default {getattr(default, f.name)})")
+    p.add_argument("--out", required=True, help="diff store (.nc); the crosscoder checkpoint goes beside it")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to compute (default: auto)")
+
+
+def cmd_features(args) -> int:
+    opts = {k: getattr(args, k) for k in ("width", "k", "epochs", "batch_images", "lr", "seed")
+            if getattr(args, k) is not None}
+    path = features(args.teacher, args.student, out=args.out, block=args.block, groups=parse_groups(args.groups),
+                    images=args.images, held_out=args.held_out, device=args.device, **opts)
+    ds = xr.open_dataset(path)
+    fve = ", ".join(f"{m} {float(v):.3f}" for m, v in zip(ds.model.values, ds.fve.values))
+    print(f"{ds.attrs['hooks']}: FVE {fve}; L0 {float(ds.l0):.1f}; dead {int(ds.n_dead)} of {ds.sizes['latent']}; "
+          f"shared {int(ds.n_shared)}, teacher-only {int(ds.n_teacher_only)}, student-only {int(ds.n_student_only)}, "
+          f"partial {int(ds.n_partial)}; Latent Scaling: {int(ds.n_confirmed)} confirmed, "
+          f"{int(ds.n_in_other)} present in the other model")
+    ds.close()
+    print(f"wrote {path}")
+    return 0
