@@ -162,8 +162,10 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
             "faithfulness); write one xarray store.", EXAMPLES["explain"])
     if command == "explain":
         from workbench.explain.run import add_explain_flags
+        from workbench.scale.faithfulness import add_stream_flags
 
         add_explain_flags(e)
+        add_stream_flags(e)
     i = add(sub, "inspect", "Summarise a store: variables, dims and provenance (checks that it opens).", EXAMPLES["inspect"])
     i.add_argument("store", help="path of a .nc or .zarr store")
     r = add(sub, "reduce", "Reduce a store over samples (mean, std, quantile, top-k; per group with --by), lazily with "
@@ -520,8 +522,14 @@ def cmd_figures(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    from workbench.explain.run import cmd_explain as run
+    if str(args.out).endswith(".zarr"):  # dataset scale: the faithfulness test streamed chunk by chunk
+        from workbench.scale.faithfulness import cmd_stream
 
+        return cmd_stream(args)
+    from workbench.explain.run import cmd_explain as run
+    from workbench.scale.faithfulness import refuse_stream_flags
+
+    refuse_stream_flags(args)
     return run(args)
 
 
