@@ -266,12 +266,12 @@ def _register() -> None:
 
     data = tuple(f"compare.explain_{a}" for a in ARCHS)
     figure("compare.explain", paper=PAPER, data=data, plot=plot_explanations, finding=REASONS,
-           caption=f"Explanations of the label class by every explainer that applies (columns, two digits each) for "
+           caption="Explanations of the label class by every explainer that applies (columns, two digits each) for "
                    "every teacher and student (rows, grouped by teacher; n/a: the method does not apply, the reason is "
                    "in compare.faithfulness). One colour scale per method over all models (its 99th percentile of "
                    "|value|, clipped), the digit's outline in white. The verdict asks whether each student's maps "
-                   f"rank the pixels as its teacher's do (Spearman ρ ≥ 0.5 over {len(range(0, 1000, 5))} held-out "
-                   "digits, 95 % CI).")
+                   "rank the pixels as its teacher's do (Spearman ρ ≥ 0.5 over 200 class-spread held-out digits, "
+                   "95 % CI), for every method both take.")
     figure("compare.faithfulness", paper=PAPER, kind="table", data=data, plot=faithfulness_table, finding=ORDERING,
            caption="Faithfulness of every explainer on every model, measured the field's way (Chefer et al.'s "
                    "positive / negative perturbation, predicted and target class) on 200 class-spread held-out digits, "
