@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import re
+import warnings
 from typing import Literal, Sequence
 
 import numpy as np
@@ -160,7 +161,9 @@ def road(model: nn.Module, images: torch.Tensor, pixel_maps: torch.Tensor, targe
                          f"got {tuple(pixel_maps.shape)}")
     targets = [ClassifierOutputSoftmaxTarget(int(t)) for t in target]
     cams = pixel_maps.detach().float().cpu().numpy()
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        # grad-cam's imputer hands torch tensors to numpy (np.argwhere), which NumPy 2 flags as deprecated
+        warnings.filterwarnings("ignore", message=".*__array_wrap__.*", category=DeprecationWarning)
         torch.manual_seed(seed)
         morf = ROADMostRelevantFirstAverage(list(percentiles))(images, cams, targets, model)
         lerf = ROADLeastRelevantFirstAverage(list(percentiles))(images, cams, targets, model)

@@ -71,15 +71,17 @@ def _per_model(ctx: Context, models, methods: list[str], x, y) -> tuple[dict, di
     return out, reasons, seconds
 
 
-def _stack(per: dict, methods: list[str], var: str, **sel) -> np.ndarray:
-    """``var`` of every model on the full explainer list (NaN where an explainer did not apply)."""
-    first = next(iter(per.values()))[var].sel(**sel)
+def _stack(per: dict, methods: list[str], var: str, samples=None, **sel) -> np.ndarray:
+    """``var`` of every model on the full explainer list (NaN where an explainer did not apply), at ``samples``
+    (positions; None: all)."""
+    pick = slice(None) if samples is None else list(samples)
+    first = next(iter(per.values()))[var].sel(**sel).isel(sample=pick)
     shape = first.shape[1:]
     out = np.full((len(per), len(methods), *shape), np.nan)
     for i, ds in enumerate(per.values()):
         for j, m in enumerate(methods):
             if m in set(ds["explainer"].values):
-                out[i, j] = ds[var].sel(explainer=m, **sel).values
+                out[i, j] = ds[var].sel(explainer=m, **sel).isel(sample=pick).values
     return out
 
 
@@ -137,7 +139,7 @@ def explain_data(arch: str):
         order = list(per)
         rho, top, grids = _agreements(per, methods)
         shown = [s for s in b.shown if s < len(x)]
-        maps = _stack(per, methods, "relevance_pixel", explained="target").astype(np.float32)[:, :, shown]
+        maps = _stack(per, methods, "relevance_pixel", shown, explained="target").astype(np.float32)
         dims = ("model", "explainer", "explained", "order", "sample")
         ds = xr.Dataset({
             "auc": (dims, np.stack([_stack(per, methods, "auc", explained=e) for e in ("predicted", "target")], 2)),
