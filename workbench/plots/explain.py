@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from workbench.plots.theme import ATTENTION_CMAP, DIVERGING_CMAP, MISSING_COLOR
 
@@ -26,7 +27,7 @@ UNITS = {
     "raw_attention": "attention probability",
     "gradcam": "Grad-CAM (min–max scaled)",
     "legrad": "LeGrad relevance (a.u., ≥ 0)",
-    "saliency": "|∂ logit / ∂ pixel| (per patch sum)",
+    "saliency": "|∂ logit / ∂ pixel|",
     "ig": "IG attribution (logit share)",
 }
 SIGNED = ("chefer_lrp", "attnlrp", "ig")  # methods whose maps have a sign (diverging colour map)
@@ -99,6 +100,7 @@ def plot_explanations(*datasets: xr.Dataset, n_images: int = 2, title: str | Non
             cb = fig.colorbar(im, cax=cax, orientation="horizontal")
             cb.set_label(UNITS.get(m, "relevance (a.u.)"), fontsize=6)
             cb.ax.tick_params(labelsize=6)
+            cb.ax.xaxis.set_major_locator(MaxNLocator(3))
     fig.suptitle(title or "Explanations of the label class, every model × method (one colour scale per method)",
                  fontsize=10)
     return fig
