@@ -66,3 +66,16 @@ def test_live_views_equal_attribute():
     ref = attribute(teacher, x[1:2], method="saliency")["relevance_pixel"].values[0]
     np.testing.assert_allclose(view["panels"][0]["map"], ref, rtol=1e-5, atol=1e-7)
     assert state.select(method="rollout").view()["panels"][1]["map"] is None  # FAR: no attention to roll out
+
+
+def test_the_widget_drives_the_state():
+    import matplotlib
+
+    from workbench.explore.explanations import explanation_mode
+
+    matplotlib.use("Agg")
+    state = explanation_state(stores={"teacher": _store(1.0, 0)}, methods=["rollout", "saliency"])
+    w = explanation_mode(state)
+    method, image, scale = w.children[0].children
+    method.value, image.value, scale.value = "saliency", 2, "panel"
+    assert state.selection == type(state.selection)(image=2, method="saliency", scale="panel")

@@ -177,10 +177,17 @@ def explanation_state(models: Mapping[str, object] | None = None, images: str | 
     return ExplanationState(sources, Images(batch.display, ids), methods)
 
 
+def _close(fig) -> None:
+    """Close ``fig`` (it is shown once, as an output, not again by the notebook's inline backend)."""
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
 def explanation_mode(state: ExplanationState):
     """A small ipywidgets view of the state: method and image controls above the drawn view."""
     import ipywidgets as widgets
-    import matplotlib.pyplot as plt
+    from IPython.display import display
 
     method = widgets.Dropdown(options=state.methods, value=state.selection.method, description="method")
     image = widgets.IntSlider(value=state.selection.image, min=0, max=len(state.images.ids) - 1, description="image")
@@ -192,7 +199,8 @@ def explanation_mode(state: ExplanationState):
         with out:
             out.clear_output(wait=True)
             fig = draw(state.view())
-            plt.show(fig)
+            display(fig)
+            _close(fig)
 
     for w in (method, image, scale):
         w.observe(redraw, names="value")
