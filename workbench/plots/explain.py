@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FormatStrFormatter, MaxNLocator
 
 from workbench.plots.theme import ATTENTION_CMAP, DIVERGING_CMAP, MISSING_COLOR
 
@@ -101,6 +101,7 @@ def plot_explanations(*datasets: xr.Dataset, n_images: int = 2, title: str | Non
             cb.set_label(UNITS.get(m, "relevance (a.u.)"), fontsize=6)
             cb.ax.tick_params(labelsize=6)
             cb.ax.xaxis.set_major_locator(MaxNLocator(3))
+            cb.ax.xaxis.set_major_formatter(FormatStrFormatter("%.2g"))
     fig.suptitle(title or "Explanations of the label class, every model × method (one colour scale per method)",
                  fontsize=10)
     return fig
