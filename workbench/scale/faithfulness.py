@@ -11,7 +11,8 @@ Per image the store holds the AUCs and curves (no maps): ``auc(explainer, explai
 ``auc_probability``, ``curve``, ``curve_probability``, ``road`` (with ROAD), ``predicted``, ``target``, ``label``.
 
 Resume: rerunning the same command skips the chunks marked done. A store written for another model, weights, image
-set, method list or options is refused (:class:`~workbench.scale.stream.StreamError`, naming what differs).
+set, method list or options is refused (:class:`~workbench.scale.stream.StreamError`, naming what differs). Building
+the command's flags imports nothing heavy (the stream module, torch, are imported when it runs).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import numpy as np
 import xarray as xr
 
 from workbench.scale.chunked import StreamLayout, chunk_bounds, done_chunks, read_layout, write_chunk, write_template
-from workbench.scale.stream import ImageSource, StreamError
 
 __all__ = ["stream_faithfulness", "add_stream_flags", "refuse_stream_flags", "cmd_stream", "MATCH"]
 
@@ -46,6 +46,8 @@ def _template(first: xr.Dataset, layout: StreamLayout, sample_ids: np.ndarray) -
 
 
 def _check_resume(out: Path, attrs: dict, layout: StreamLayout) -> None:
+    from workbench.scale.stream import StreamError
+
     old, stored = read_layout(out)
     diffs = [f"{k}: store {str(stored.get(k))[:80]!r} vs now {str(attrs.get(k))[:80]!r}"
              for k in MATCH if str(stored.get(k)) != str(attrs.get(k))]
@@ -81,6 +83,7 @@ def stream_faithfulness(model: str, images: str, out: str | Path, *, method: str
     from workbench.models import load_model
     from workbench.provenance import config_json, stamp
     from workbench.runtime import resolve_device
+    from workbench.scale.stream import ImageSource, StreamError
 
     out = Path(out).expanduser()
     if out.suffix != ".zarr":
@@ -127,6 +130,8 @@ def add_stream_flags(p) -> None:
 
 def refuse_stream_flags(args) -> None:
     """A ``.nc`` explain store takes none of the streamed store's flags: refuse them rather than ignore them."""
+    from workbench.scale.stream import StreamError
+
     given = [f for f, v in (("--road", args.road), ("--chunk", args.chunk), ("--batch-size", args.batch_size)) if v]
     if given:
         raise StreamError(f"{', '.join(given)} apply to a streamed store only: write to a .zarr path (--out X.zarr)")
@@ -134,6 +139,8 @@ def refuse_stream_flags(args) -> None:
 
 def cmd_stream(args) -> int:
     """``workbench explain ... --out X.zarr``: stream the faithfulness test; print the store's path."""
+    from workbench.scale.stream import StreamError
+
     methods = [m.strip() for m in args.method.split(",") if m.strip()]
     options = {"n_steps": args.ig_steps} if args.ig_steps else {}
     if args.target is not None:
