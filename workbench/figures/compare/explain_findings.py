@@ -9,7 +9,7 @@ Shown: every pair ahead; not shown: none ahead; partly: some.
 
 **Compression** (``compare.explain``): does each student keep its teacher's reasons? Per student and explainer that
 applies to both, the Spearman ρ of the two maps of the label class per image (:func:`workbench.explain.compress.reasons`,
-threshold :data:`~workbench.explain.compress.KEEP_RHO`); a student keeps them when it does for every such explainer.
+threshold :data:`~workbench.explain.compress.KEEP_RHO`, 0.5); a student keeps them when it does for every such explainer.
 Shown: every student keeps them; not shown: none does; partly: some.
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from workbench.explain.compress import KEEP_RHO, paired_auc, reasons, student_reasons
 from workbench.figures import Finding, Verdict
 
 __all__ = ["CHEFER", "BASELINES", "ordering_pairs", "field_ordering_verdict", "student_statuses", "reasons_verdict",
@@ -35,6 +34,8 @@ def _groups(datasets) -> list[xr.Dataset]:
 def ordering_pairs(ds: xr.Dataset) -> list[tuple[str, str, float, float, float]]:
     """``(chefer method, other, mean AUC difference, low, high)`` of the teacher's positive perturbation (predicted
     class), for every pair whose both methods applied."""
+    from workbench.explain.compress import paired_auc  # lazily: the explain package imports torch
+
     teacher = str(ds["model"].values[0])
     auc = ds["auc"].sel(model=teacher, explained="predicted", order="positive")
     have = [str(e) for e in ds["explainer"].values if np.isfinite(auc.sel(explainer=e).values).any()]
@@ -71,8 +72,12 @@ def field_ordering_verdict(*datasets: xr.Dataset) -> Verdict:
     return Verdict("partly" if ahead else "not shown", stat, why)
 
 
-def student_statuses(ds: xr.Dataset, threshold: float = KEEP_RHO) -> dict[str, tuple[str, dict[str, tuple]]]:
-    """student -> (overall status, {explainer: (status, mean ρ, low, high)}) against its teacher."""
+def student_statuses(ds: xr.Dataset, threshold: float | None = None) -> dict[str, tuple[str, dict[str, tuple]]]:
+    """student -> (overall status, {explainer: (status, mean ρ, low, high)}) against its teacher (``threshold``:
+    :data:`~workbench.explain.compress.KEEP_RHO` by default)."""
+    from workbench.explain.compress import KEEP_RHO, reasons, student_reasons
+
+    threshold = KEEP_RHO if threshold is None else threshold
     out = {}
     for m in ds["model"].values[1:]:
         per = {}
@@ -86,6 +91,8 @@ def student_statuses(ds: xr.Dataset, threshold: float = KEEP_RHO) -> dict[str, t
 
 def reasons_verdict(*datasets: xr.Dataset) -> Verdict:
     """Whether the students keep their teachers' reasons (module docstring)."""
+    from workbench.explain.compress import KEEP_RHO
+
     parts, keep, total = [], [], 0
     for ds in _groups(datasets):
         for student, (status, per) in student_statuses(ds).items():
