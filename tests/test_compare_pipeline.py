@@ -154,6 +154,11 @@ def test_figures_smoke(pairs, tmp_path):
     assert "[`compare.table1`](#compare-table1)" in index.split("## Contents")[0]  # a finding, in the findings table
     assert "## Teacher vs compressed" in index and "far_pruned-vit-smoke" in index
     assert '<img src="compare.fig3.png"' in index
+    # the explanation items (issue #29): every model x method, a table of at most 8 columns, both with a verdict
+    assert (out / "compare.explain.png").exists()
+    faith = pd.read_csv(out / "compare.faithfulness.csv")
+    assert len(faith.columns) <= 8 and {"teacher (vit)", "FAR"} <= set(faith["model"])
+    assert "[`compare.faithfulness`](#compare-faithfulness)" in index.split("## Contents")[0]
 
 
 def test_a_registered_deploy_form_is_what_the_table_counts(pairs, monkeypatch):

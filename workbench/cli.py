@@ -164,8 +164,10 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
             "faithfulness); write one xarray store.", EXAMPLES["explain"])
     if command == "explain":
         from workbench.explain.run import add_explain_flags
+        from workbench.scale.faithfulness import add_stream_flags
 
         add_explain_flags(e)
+        add_stream_flags(e)
     ft = add(sub, "features", "Diff a teacher and a student feature by feature: train a crosscoder over one block "
              "pair (resumable) and write which latents are shared, teacher-only or student-only.", EXAMPLES["features"])
     if command == "features":
@@ -540,8 +542,14 @@ def cmd_features(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    from workbench.explain.run import cmd_explain as run
+    if str(args.out).endswith(".zarr"):  # dataset scale: the faithfulness test streamed chunk by chunk
+        from workbench.scale.faithfulness import cmd_stream
 
+        return cmd_stream(args)
+    from workbench.explain.run import cmd_explain as run
+    from workbench.scale.faithfulness import refuse_stream_flags
+
+    refuse_stream_flags(args)
     return run(args)
 
 

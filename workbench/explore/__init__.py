@@ -4,7 +4,9 @@
 returns an :class:`~workbench.explore.widget.Explorer` widget (anywidget + ipywidgets). The logic is a plain
 Python state object (:class:`~workbench.explore.state.ExploreState`: selection -> arrays of the current view) that
 the widget observes; ``.snapshot()`` draws the current view with matplotlib and ``.export(path)`` writes the PNG
-with the code that redraws it. Nothing is imported until used: ``import workbench.explore`` stays light, and
+with the code that redraws it. The explanation mode (:mod:`~workbench.explore.explanations`:
+``explanation_mode(explanation_state(models, images, methods=[...]))``) shows one explainer's map per model for the
+shown image. Nothing is imported until used: ``import workbench.explore`` stays light, and
 exploring stores alone never imports torch.
 """
 
@@ -15,10 +17,12 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["explore", "ExploreState", "ExploreError", "Explorer", "build_state", "draw"]
+__all__ = ["explore", "ExploreState", "ExploreError", "Explorer", "build_state", "draw", "explanation_state",
+           "explanation_mode"]
 
 _WHERE = {"ExploreState": "state", "ExploreError": "rows", "Explorer": "widget", "build_state": "build",
-          "draw": "snapshot", "explore": "widget"}
+          "draw": "snapshot", "explore": "widget", "explanation_state": "explanations",
+          "explanation_mode": "explanations"}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,81 @@
+"""The explorer's explanation mode: one method's map per model for the shown image (workbench.explore.explanations).
+
+From stores (no torch in the state: the maps are the stores' own) and from live models (the maps equal
+:func:`workbench.explain.attribute`'s), the shared colour scale, the reason for a method that does not apply, bad
+selections refused, and the snapshot drawn.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from workbench.explore.explanations import ExplanationState, draw, explanation_state
+from workbench.explore.rows import ExploreError
+
+
+def _store(scale: float, seed: int, methods=("rollout", "saliency"), missing: dict | None = None) -> xr.Dataset:
+    rng = np.random.default_rng(seed)
+    rel = scale * rng.random((len(methods), 3, 8, 8))
+    return xr.Dataset({"relevance_pixel": (("explainer", "sample", "img_y", "img_x"), rel),
+                       "image": (("sample", "img_y", "img_x"), rng.random((3, 8, 8)))},
+                      coords={"explainer": list(methods), "sample": [5, 6, 7]}).assign_attrs(
+        not_applicable=json.dumps(missing or {}))
+
+
+def test_store_views_show_each_models_map_on_one_scale():
+    t, s = _store(1.0, 0), _store(3.0, 1, methods=("saliency",), missing={"rollout": "an LSTM has no attention"})
+    state = explanation_state(stores={"teacher": t, "FAR": s}, methods=["rollout", "saliency"])
+    view = state.select(image=1, method="saliency").view()
+    a, b = view["panels"]
+    np.testing.assert_array_equal(a["map"], t["relevance_pixel"].sel(explainer="saliency").isel(sample=1).values)
+    np.testing.assert_array_equal(b["map"], s["relevance_pixel"].sel(explainer="saliency").isel(sample=1).values)
+    top = max(np.percentile(np.abs(a["map"]), 99), np.percentile(np.abs(b["map"]), 99))
+    assert a["vmax"] == b["vmax"] == pytest.approx(top)  # shared: the larger of the two 99th percentiles
+    panel = state.select(scale="panel").view()["panels"]
+    assert panel[0]["vmax"] == pytest.approx(np.percentile(np.abs(a["map"]), 99))
+    assert panel[0]["vmax"] < panel[1]["vmax"]
+    rollout = state.select(method="rollout").view()["panels"]
+    assert rollout[1]["map"] is None and "no attention" in rollout[1]["note"]
+    assert view["image_id"] == "#6"
+    fig = draw(state.view())
+    assert [ax.get_title() for ax in fig.axes[:3]] == ["#6", "teacher", "FAR"]
+    assert any("relevance" in ax.get_ylabel() for ax in fig.axes)  # the colour bar names what it shows
+    with pytest.raises(ExploreError, match="unknown method"):
+        state.select(method="nope")
+    with pytest.raises(ExploreError, match="image must be"):
+        state.select(image=3)
+    with pytest.raises(ExploreError, match="at least one"):
+        ExplanationState({}, state.images, ["rollout"])
+
+
+def test_live_views_equal_attribute():
+    import torch
+
+    from workbench.analysis import examples
+    from workbench.explain import attribute
+
+    torch.manual_seed(0)
+    teacher, far = examples.vit(), examples.far()
+    state = explanation_state({"teacher": teacher, "FAR": far}, "demo:val[::500]", methods=["rollout", "saliency"])
+    view = state.select(image=1, method="saliency").view()
+    x = state.sources["teacher"].images
+    ref = attribute(teacher, x[1:2], method="saliency")["relevance_pixel"].values[0]
+    np.testing.assert_allclose(view["panels"][0]["map"], ref, rtol=1e-5, atol=1e-7)
+    assert state.select(method="rollout").view()["panels"][1]["map"] is None  # FAR: no attention to roll out
+
+
+def test_the_widget_drives_the_state():
+    import matplotlib
+
+    from workbench.explore.explanations import explanation_mode
+
+    matplotlib.use("Agg")
+    state = explanation_state(stores={"teacher": _store(1.0, 0)}, methods=["rollout", "saliency"])
+    w = explanation_mode(state)
+    method, image, scale = w.children[0].children
+    method.value, image.value, scale.value = "saliency", 2, "panel"
+    assert state.selection == type(state.selection)(image=2, method="saliency", scale="panel")
