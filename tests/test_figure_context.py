@@ -65,3 +65,48 @@ def test_stored_data_of_another_version_of_its_function_is_recomputed(tmp_path, 
         assert "correct" in later.data("versiontoy.data") and calls == ["v1", "v2"]
     finally:
         DATA.pop("versiontoy.data", None)
+
+
+def test_data_being_computed_elsewhere_is_waited_for_and_read_back(tmp_path, monkeypatch):
+    """Two contexts on one home (two xdist workers, a notebook beside `workbench figures`) ask for the same data at
+    once: the second waits on the data's file lock (its own file descriptor, as another process's would be) and reads
+    back what the first stored; the data function runs once."""
+    import threading
+    import time
+
+    import xarray as xr
+
+    from workbench.figures import DATA, dataset
+    from workbench.figures.context import Context
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))
+    started, go, calls, logs, got = threading.Event(), threading.Event(), [], [], {}
+
+    @dataset("locktoy.data")
+    def make(ctx):
+        calls.append(1)
+        started.set()
+        assert go.wait(30)
+        return xr.Dataset({"value": ("i", [float(len(calls))])})
+
+    def ask(name):
+        got[name] = Context("smoke", device="cpu", log=logs.append).data("locktoy.data").load()
+
+    try:
+        first = threading.Thread(target=ask, args=("first",))
+        first.start()
+        assert started.wait(30)
+        second = threading.Thread(target=ask, args=("second",))
+        second.start()
+        for _ in range(300):  # until the second one waits on the lock
+            if logs:
+                break
+            time.sleep(0.1)
+        assert logs == ["figure data locktoy.data is being computed by another process; waiting for it"]
+        go.set()
+        first.join(30)
+        second.join(30)
+        assert calls == [1] and float(got["first"]["value"][0]) == float(got["second"]["value"][0]) == 1.0
+    finally:
+        go.set()
+        DATA.pop("locktoy.data", None)

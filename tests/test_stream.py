@@ -331,17 +331,15 @@ def test_reduce_by_unknown_coordinate_is_refused(store, tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------------- figure
 @pytest.mark.integration
-def test_dataset_scale_figure_draws_on_smoke(tmp_path, monkeypatch):
+def test_dataset_scale_figure_draws_on_smoke(tmp_path):
     """Trains the smoke teacher and the attention-keeping students, streams their CLS rows, draws scale.fig1.
 
-    The contract test's toy method (imported by every xdist worker that collects it) registers a ViT student
-    without a class token, which scale.fig1's CLS rows cannot take: it is left out here."""
-    from workbench.cli import main
-    from workbench.figures import STUDENTS, load_all
+    The contract test's toy method (registered here too) adds an attention student whose model wraps the ViT and so
+    has no class token: the figure leaves it out and names it, and draws the others."""
+    import toy_method  # noqa: F401  (registers the toy student, as test_contract does in every xdist worker)
 
-    load_all()
-    for label in [k for k, s in STUDENTS.items() if s.method == "toy"]:
-        monkeypatch.delitem(STUDENTS, label)
+    from workbench.cli import main
+    from workbench.figures import STUDENTS
 
     out = tmp_path / "figs"
     assert main(["figures", "scale", "--profile", "smoke", "--device", "cpu", "--jobs", "1", "--out", str(out)]) == 0
@@ -349,10 +347,58 @@ def test_dataset_scale_figure_draws_on_smoke(tmp_path, monkeypatch):
     from workbench.figures.context import Context
 
     ds = Context("smoke").data("scale.maps")
+    students = [s.label for s in STUDENTS.values() if s.teacher == "vit" and s.maps == "attention"]
+    assert "toy g2" in students and "toy g2" not in ds["model"].values
+    assert [str(m) for m in ds["model"].values] == ["teacher", *(s for s in students if s != "toy g2")]
+    assert "toy g2 (toy-g2-vit-smoke: Scaled is not a ViT-like model with a class token" in ds.attrs["left_out"]
     assert ds.sizes["label"] == 10 and ds["model"].values[0] == "teacher" and int(ds["images"].max()) == 100
     assert np.isfinite(ds["cls_map"].values).all()
     ent = ds["entropy"].sel(model="teacher").values
     assert np.isfinite(ent).all() and (ent > 0).all() and (ent <= np.log(int(ds.attrs["keys"])) + 1e-9).all()
+
+
+def test_a_student_without_a_class_token_is_named_not_streamed():
+    """scale.fig1's check (the same one ``--queries cls`` makes before streaming): a ViT with a class token passes;
+    a ViT pooling without one, and a model wrapping its ViT (the contract test's toy), are named with the reason."""
+    from types import SimpleNamespace
+
+    import toy_method
+
+    from workbench.figures.scale import no_cls_row
+    from workbench.models import create_model
+    from workbench.scale.stream import StreamError, StreamOptions, extract_batch
+
+    def reason(model):
+        return no_cls_row(SimpleNamespace(model=lambda run: model), run=None)
+
+    no_cls = create_model("vit_demo", class_token=False, global_pool="avg")
+    assert reason(create_model("vit_demo")) is None
+    assert reason(create_model("vit_demo", reg_tokens=2)) is None  # the class token first, then registers
+    assert reason(no_cls) == "VisionTransformer has no class token (prefix tokens: none)"
+    assert reason(toy_method.toy_scaled()).startswith("Scaled is not a ViT-like model with a class token (Scaled has "
+                                                      "no patch_embed")
+    with pytest.raises(StreamError, match="VisionTransformer has no class token .*; pass token indices instead"):
+        extract_batch("attention", no_cls.eval(), torch.zeros(2, 1, 28, 28), None, StreamOptions(queries="cls"))
+
+
+def test_scale_plot_names_the_students_left_out():
+    import matplotlib.pyplot as plt
+
+    from workbench.plots.scale import plot_dataset_scale
+
+    rng = np.random.default_rng(0)
+    ds = xr.Dataset({"cls_map": (("model", "label", "y", "x"), rng.dirichlet(np.ones(49), (1, 10)).reshape(1, 10, 7, 7)),
+                     "entropy": (("model", "sample", "layer"), rng.uniform(2, 3.9, (1, 20, 6)))},
+                    coords={"model": ["teacher"], "label": np.arange(10), "layer": np.arange(6), "last_layer": 5,
+                            "images": ("model", [20])}, attrs={"keys": 50, "left_out": "toy g2 (toy-g2: no class token)"})
+    fig = plot_dataset_scale(ds)
+    assert [f.get_supxlabel() for f in fig.subfigs] == ["", "Not shown (no CLS attention row): toy g2 (toy-g2: no "
+                                                               "class token)"]
+    plt.close(fig)
+    ds.attrs["left_out"] = ""
+    fig = plot_dataset_scale(ds)
+    assert [f.get_supxlabel() for f in fig.subfigs] == ["", ""]
+    plt.close(fig)
 
 
 def test_scale_plot_draws_from_a_dataset():

@@ -412,6 +412,20 @@ def test_compare_vit_with_far_uses_saliency_maps():
     assert "deletion" not in ds and "pred" not in ds
 
 
+def test_attributions_without_integrated_gradients_have_no_ig_gap_or_infidelity():
+    """Saliency and rollout alone (infidelity left on): no IG, so no completeness gap and no infidelity -- absent, not
+    NaN rows that the finite check before storing would refuse; the maps and curves are there."""
+    teacher = create_model("vit_demo").eval()
+    x = torch.randn(3, 1, 28, 28)
+    ds = compare_models(teacher, {"twin": teacher}, x, parts=("attributions", "faithfulness"),
+                        attributions=("saliency", "rollout"), steps=4)
+    assert not {"ig_delta", "ig_steps", "infidelity"} & set(ds.data_vars)
+    assert np.isfinite(ds["attribution_map"]).all() and np.isfinite(ds["deletion_auc"]).all()
+    np.testing.assert_array_equal(ds["attribution_map"].sel(model="twin"), ds["attribution_map"].sel(model="teacher"))
+    stamped = stamp_comparison(ds, ModelSource("vit_demo"), {"twin": ModelSource("vit_demo")}, DataSource("random", range(3)))
+    assert stamped.sizes["sample"] == 3
+
+
 def test_compare_cnn_pair_leaves_out_maps_with_a_reason():
     teacher = create_model("cnn_demo").eval()
     student = create_model("cnn_demo", channels=(8, 16, 32, 64)).eval()

@@ -258,19 +258,24 @@ def ensure_run(
     return Run(run_dir)
 
 
-@contextlib.contextmanager
 def _run_lock(run_id: str, log: Callable[[str], None]):
-    """One process at a time per run: a second one waits (e.g. a notebook and the CLI at once). A portable file lock
-    (``filelock``: POSIX and Windows), released when its holder ends, even if it was killed."""
+    """One process at a time per run: a second one waits (e.g. a notebook and the CLI at once)."""
+    return waiting_lock(runs_root() / ".locks" / f"{run_id}.lock", f"run {run_id} is in use by another process; "
+                        "waiting for it to finish", log)
+
+
+@contextlib.contextmanager
+def waiting_lock(path: Path, busy: str, log: Callable[[str], None]):
+    """Hold the file lock ``path``, waiting (after logging ``busy``) while another process holds it. A portable file
+    lock (``filelock``: POSIX and Windows), released when its holder ends, even if it was killed."""
     from filelock import FileLock, Timeout
 
-    lock_dir = runs_root() / ".locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(lock_dir / f"{run_id}.lock"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path))
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        log(f"run {run_id} is in use by another process; waiting for it to finish")
+        log(busy)
         lock.acquire()
     try:
         yield

@@ -442,6 +442,8 @@ def _attributions(models: Mapping[str, nn.Module], images: torch.Tensor, targets
                      **{f"attribution_{k}": (("model", "attribution", "sample"), v) for k, v in agree.items()}},
                     coords=coords)
     ds["ig_delta"].attrs.update(units="fraction", long_name="|Σ IG − (f(x) − f(baseline))| / |f(x) − f(baseline)|")
+    if "integrated_gradients" not in methods:  # no IG: no completeness gap (not a NaN the finite check refuses)
+        ds = ds.drop_vars(["ig_delta", "ig_steps"])
     return ds, got, raw_ig
 
 
@@ -478,7 +480,7 @@ def _faithfulness(ds: xr.Dataset, models: Mapping[str, nn.Module], images: torch
         ds[k].attrs.update(units="probability", long_name=f"probability of the target class, {k} curve")
         ds[f"{k}_auc"] = (dims, auc(v, fraction))
         ds[f"{k}_auc"].attrs["units"] = "probability × fraction"
-    if cfg.infidelity:
+    if cfg.infidelity and raw_ig:  # infidelity is IG's: none without it
         ds["infidelity"] = (("model", "sample"), infid)
         ds["infidelity"].attrs.update(long_name="captum infidelity of Integrated Gradients (normalised)")
     return ds

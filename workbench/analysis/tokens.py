@@ -175,6 +175,22 @@ def vit_token_layout(model: "nn.Module", image_size: tuple[int, int]) -> TokenLa
     return TokenLayout(vit_prefix_kinds(model), vit_patch_grid(model, image_size))
 
 
+def class_token_index(model: "nn.Module", image_size: tuple[int, int]) -> int:
+    """Position of ``model``'s class token in its token sequence (the CLS query row of its attention maps).
+
+    Raises:
+        ValueError: ``model`` is not a ViT-like model (:func:`vit_token_layout` cannot read it), or it has no class
+            token; the message names the model's class and what is missing.
+    """
+    try:
+        kinds = vit_token_layout(model, image_size).prefix_kinds
+    except (ValueError, AttributeError) as err:  # AttributeError: a patch_embed without timm's patch_size
+        raise ValueError(f"{type(model).__name__} is not a ViT-like model with a class token ({err})") from None
+    if "cls" not in kinds:
+        raise ValueError(f"{type(model).__name__} has no class token (prefix tokens: {list(kinds) or 'none'})")
+    return kinds.index("cls")
+
+
 def window_coords(window: tuple[int, int], prefix: TokenDim) -> dict[str, np.ndarray]:
     """Position of each token inside a ``(wh, ww)`` window, flattened row-major.
 

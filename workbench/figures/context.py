@@ -213,23 +213,44 @@ class Context:
         if id not in DATA:
             raise KeyError(f"unknown figure data {id!r}; known: {', '.join(sorted(DATA))}")
         path = self.data_path(id)
+        if (ds := self._stored(id, path)) is not None:
+            return ds
+        with _data_lock(path, id, self.log):  # one process computes it; another (an xdist worker, a notebook) waits
+            if (ds := self._stored(id, path)) is not None:  # computed by the process this one waited for
+                return ds
+            self._used.append([])
+            try:
+                ds = DATA[id].make(self)
+            finally:
+                used = self._used.pop()
+            if not isinstance(ds, xr.Dataset):
+                raise TypeError(f"figure data {id!r} must return an xarray Dataset, got {type(ds).__name__}")
+            save(_stamp(ds, id, used, self.profile.name), path)
+        self._fresh.add(id)
+        self._used[-1].extend(used)
+        return open_store(path)
+
+    def _stored(self, id: str, path: Path) -> xr.Dataset | None:
+        """The stored Dataset of ``id`` when it is read back (fresh, or computed by this context), recorded as used."""
+        from workbench.store import open_store
+
         if path.exists() and (id in self._fresh or not self.force):
             ds = open_store(path)
             if id in self._fresh or _still_valid(ds, id):
                 self._used[-1].extend(json.loads(ds.attrs.get("sources", "[]")))
                 return ds
             ds.close()
-        self._used.append([])
-        try:
-            ds = DATA[id].make(self)
-        finally:
-            used = self._used.pop()
-        if not isinstance(ds, xr.Dataset):
-            raise TypeError(f"figure data {id!r} must return an xarray Dataset, got {type(ds).__name__}")
-        save(_stamp(ds, id, used, self.profile.name), path)
-        self._fresh.add(id)
-        self._used[-1].extend(used)
-        return open_store(path)
+        return None
+
+
+def _data_lock(path: Path, id: str, log: Callable[[str], None]):
+    """One process at a time computes the figure data ``id`` of a store folder; a second one (an xdist worker, a
+    notebook beside ``workbench figures``) waits, then reads back what the first stored. Data functions nest only
+    along ``after`` (acyclic), so two processes never wait for each other."""
+    from workbench.runs import waiting_lock
+
+    return waiting_lock(path.parent / ".locks" / f"{id}.lock", f"figure data {id} is being computed by another "
+                        "process; waiting for it", log)
 
 
 def _weights_sha(model: str, checkpoint: str | None) -> str | None:

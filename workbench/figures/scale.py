@@ -10,7 +10,9 @@ attention where the blocks are timm's) reduced lazily (:mod:`workbench.scale.red
 Models: the demo ViT teacher and the registered students of it whose maps are attention probabilities
 (:class:`~workbench.figures.StudentSpec` ``maps="attention"``: Sparsifiner's sparse attention, Non-deep's parallel
 branches -- averaged over branches). FAR replaces attention by LSTMs and has no attention rows
-(``maps="saliency"``), so it is not shown.
+(``maps="saliency"``), so it is not shown. A registered attention student whose model has no class token (e.g. one
+that wraps its ViT, or pools without a CLS token) has no CLS row to stream: it is left out and named under the figure
+(the data's ``left_out`` attribute), not an error that stops the figure.
 """
 
 from __future__ import annotations
@@ -69,20 +71,40 @@ def model_stats(ctx: Context, run, images: str, blocks: tuple[tuple[int, ...], .
                                                 "keys": ds.sizes["key"]})
 
 
+def no_cls_row(ctx: Context, run) -> str | None:
+    """Why ``run``'s model has no CLS attention row to stream (no class token, or not ViT-like); None when it has."""
+    from workbench.analysis.tokens import class_token_index
+
+    model = ctx.model(run)
+    size = tuple((getattr(model, "pretrained_cfg", None) or {}).get("input_size", (1, 28, 28))[-2:])
+    try:
+        class_token_index(model, size)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 @dataset("scale.maps", after=_after)
 def scale_maps(ctx: Context) -> xr.Dataset:
-    """Teacher and students: class-mean last-block CLS maps and per-block CLS entropies over the held-out images."""
+    """Teacher and students: class-mean last-block CLS maps and per-block CLS entropies over the held-out images.
+    A student whose model has no CLS row is left out, with its label and the reason in the ``left_out`` attribute."""
     images = IMAGES[ctx.profile.name]
     parts = {"teacher": model_stats(ctx, ctx.teacher("vit"), images)}
+    left_out = {}
     for spec in _students():
-        parts[spec.label] = model_stats(ctx, spec.run(ctx), images, spec.blocks)
+        run = spec.run(ctx)
+        if (why := no_cls_row(ctx, run)) is not None:
+            left_out[spec.label] = f"{run.id}: {why}"
+            continue
+        parts[spec.label] = model_stats(ctx, run, images, spec.blocks)
     ds = xr.concat(list(parts.values()), dim=xr.DataArray(list(parts), dims="model", name="model"), join="outer",
                    coords="different", compat="equals")
     ds["cls_map"].attrs.update(units="probability", long_name="class-mean CLS-to-patch attention, last block, head mean")
     ds["entropy"].attrs.update(units="nats", long_name="entropy of the CLS attention row, head mean")
     ds["layer"].attrs.update(long_name="teacher block (a shallower student: the last teacher block each of its "
                                        "blocks replaces)")
-    return ds.assign_attrs(images=images, keys=int(ds["keys"].max()))
+    return ds.assign_attrs(images=images, keys=int(ds["keys"].max()),
+                           left_out="; ".join(f"{label} ({why})" for label, why in left_out.items()))
 
 
 def _plot(ds: xr.Dataset):
@@ -97,5 +119,6 @@ figure("scale.fig1", paper="workbench", data="scale.maps", plot=_plot,
                "averaged over heads and over every image of a class. Bottom: per block, the distribution over images of "
                "the entropy of the CLS attention row (head mean; dashed: uniform attention). Blocks are counted in teacher "
                "blocks: a Non-deep block is placed at the last teacher block it replaces (3×2 at 1, 3, 5; 2×3 at 2, 5), "
-               "as in compare.fig2. Streamed into chunked zarr "
+               "as in compare.fig2. A registered attention-keeping student whose model has no class token has no CLS "
+               "row: it is left out, and named with the reason under the figure. Streamed into chunked zarr "
                "stores with --queries cls and reduced with dask (workbench.scale.stream, workbench.scale.reduce).")

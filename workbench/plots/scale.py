@@ -6,10 +6,13 @@ Both read the ``scale.maps`` figure data (:mod:`workbench.figures.scale`), a Dat
   (and branches) and over every held-out image of a class (probability);
 - ``entropy(model, sample, layer)``: per image and block, the entropy (nats) of the CLS attention row over all
   keys, averaged over heads; NaN for blocks a model does not have;
-- coords ``model`` (labels, teacher first), ``label`` (class), ``last_layer(model)``, ``images(model)``.
+- coords ``model`` (labels, teacher first), ``label`` (class), ``last_layer(model)``, ``images(model)``;
+- attr ``left_out`` (optional): the students left out (no class token), with the reason, written under the figure.
 """
 
 from __future__ import annotations
+
+import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -101,4 +104,7 @@ def plot_dataset_scale(ds: xr.Dataset) -> Figure:
     plot_class_maps(ds, axes=axes)
     top.suptitle(f"Per-class mean CLS attention of the last block over {int(ds['images'].max())} held-out images")
     plot_entropy(ds, ax=bottom.subplots())
+    if ds.attrs.get("left_out"):
+        bottom.supxlabel(textwrap.fill(f"Not shown (no CLS attention row): {ds.attrs['left_out']}", 150),
+                         fontsize="small", color="0.3")
     return fig

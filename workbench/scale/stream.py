@@ -206,15 +206,13 @@ def _resolve_queries(model, images: torch.Tensor, queries) -> list[int] | None:
     if queries == "all":
         return None
     if queries == "cls":
-        from workbench.analysis.tokens import vit_token_layout
+        from workbench.analysis.tokens import class_token_index
 
         try:
-            kinds = vit_token_layout(model, tuple(images.shape[-2:])).prefix_kinds
-        except Exception as err:
-            raise StreamError(f"--queries cls needs a ViT-like model with a class token ({err})") from None
-        if "cls" not in kinds:
-            raise StreamError("--queries cls: the model has no class token; pass token indices instead")
-        return [kinds.index("cls")]
+            return [class_token_index(model, tuple(images.shape[-2:]))]
+        except ValueError as err:
+            raise StreamError(f"--queries cls needs a ViT-like model with a class token: {err}; pass token indices "
+                              "instead") from None
     return list(queries)
 
 
