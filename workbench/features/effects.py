@@ -65,32 +65,43 @@ def _logp(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def _batch_effects(cc: Crosscoder, models: Mapping[str, nn.Module], hooks: Mapping[str, str], x: torch.Tensor,
-                   y: torch.Tensor, latents: Sequence[int], chunk: int, device) -> tuple[np.ndarray, np.ndarray]:
-    """``(effects (models, latents, B), fires (latents, B))`` of one batch of images."""
+                   y: torch.Tensor, latents: Sequence[int], measure: Sequence[str], chunk: int, device
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """``(effects (models, latents, B), fires (latents, B))`` of one batch of images.
+
+    Only the (latent, image) pairs where the latent fires on some token are run: elsewhere the edit is zero and so is
+    the effect, exactly."""
     _, codes = paired_codes(cc, models, hooks, x, device)  # (B·T, width)
     b = x.shape[0]
-    fires = (codes.reshape(b, -1, cc.width)[..., list(latents)] > 0).any(1).T.cpu().numpy()  # (latents, B)
-    out = np.zeros((len(models), len(latents), b))
+    per_image = codes.reshape(b, -1, cc.width)[..., list(latents)]  # (B, T, latents)
+    fires = (per_image > 0).any(1).T  # (latents, B)
+    pairs = fires.nonzero()  # (P, 2): (position in latents, image)
+    out = np.full((len(models), len(latents), b), np.nan)
     for m, (label, model) in enumerate(models.items()):
+        if label not in measure:
+            continue
+        out[m] = 0.0
         base = _logp(model(x), y)
-        for lo in range(0, len(latents), chunk):
-            part = list(latents)[lo:lo + chunk]
-            delta = torch.cat([latent_contribution(cc, codes, j, m) for j in part])  # (len(part)·B·T, d_m)
+        for lo in range(0, pairs.shape[0], chunk * b):
+            lat, img = pairs[lo:lo + chunk * b].unbind(1)  # (P,), (P,)
+            a = per_image[img, :, lat]  # (P, T): the latent's code on each token of its image
+            w = cc.W_dec[m][torch.as_tensor(latents, device=a.device)[lat]] / cc.scale[m]  # (P, d_m)
+            delta = (a[..., None] * w[:, None, :]).reshape(-1, w.shape[1])  # (P·T, d_m), image-major
 
             def edit(value: torch.Tensor, name: str, delta=delta) -> torch.Tensor:
                 return value - rows_to_value(delta.to(value.dtype), value.shape, name)
 
             with hooked(model, {hooks[label]: edit}):
-                logits = model(x.repeat(len(part), *([1] * (x.ndim - 1))))  # (len(part)·B, classes), latent-major
-            out[m, lo:lo + len(part)] = (_logp(logits, y.repeat(len(part))) - base.repeat(len(part))
-                                         ).reshape(len(part), b).double().cpu().numpy()
-    return out, fires
+                logits = model(x[img])  # (P, classes)
+            out[m, lat.cpu().numpy(), img.cpu().numpy()] = (_logp(logits, y[img]) - base[img]).double().cpu().numpy()
+    return out, fires.cpu().numpy()
 
 
 @torch.no_grad()
 def latent_effects(cc: Crosscoder, models: Mapping[str, nn.Module], hooks: Mapping[str, str], images: torch.Tensor,
                    targets: Sequence[int], latents: Sequence[int], samples: Sequence[int] | None = None, *,
-                   batch_size: int = 64, chunk: int = 8, device: torch.device | str = "cpu") -> xr.Dataset:
+                   measure: Sequence[str] | None = None, batch_size: int = 64, chunk: int = 8,
+                   device: torch.device | str = "cpu") -> xr.Dataset:
     """The causal effect of each of ``latents`` in each model (module docstring) on ``images``.
 
     Args:
@@ -98,11 +109,14 @@ def latent_effects(cc: Crosscoder, models: Mapping[str, nn.Module], hooks: Mappi
         images: ``(N, C, H, W)`` normalised for the models; ``targets``: ``(N,)`` the correct class of each.
         latents: the latent indices to remove, one at a time.
         samples: dataset index of each image (the ``sample`` coordinate); default ``0..N-1``.
-        chunk: latents edited in one forward pass (the batch repeated ``chunk`` times).
+        measure: the model labels to measure the effects in (default: all; the others get NaN). Every model runs
+            up to its hook point anyway: a token's code reads both models.
+        chunk: (latent, image) pairs run in one forward pass, in multiples of ``batch_size``.
 
     Returns:
-        ``effect(model, latent, sample)``: Δ log p(correct class) in nats; ``fires(latent, sample)``: whether the
-        latent is active on any token of the image; ``effect_mean(model, latent)``: the mean over the images.
+        ``effect(model, latent, sample)``: Δ log p(correct class) in nats (0 where the latent does not fire on the
+        image: nothing is removed); ``fires(latent, sample)``: whether the latent is active on any token of the
+        image; ``effect_mean(model, latent)``: the mean over the images.
 
     Raises:
         ValueError: a target outside the models' classes (e.g. -1 for an image without a label).
@@ -113,13 +127,14 @@ def latent_effects(cc: Crosscoder, models: Mapping[str, nn.Module], hooks: Mappi
                          f"{tuple(y_all.shape)} with min {int(y_all.min()) if y_all.numel() else 'n/a'}; for "
                          "images without labels pass the teacher's predicted classes")
     latents = [int(j) for j in latents]
+    measure = list(models) if measure is None else list(measure)
     n = images.shape[0]
-    eff, fire = np.zeros((len(models), len(latents), n)), np.zeros((len(latents), n), bool)
+    eff, fire = np.full((len(models), len(latents), n), np.nan), np.zeros((len(latents), n), bool)
     for lo in range(0, n, batch_size):
         x, y = images[lo:lo + batch_size].to(device), y_all[lo:lo + batch_size].to(device)
         if latents:
-            eff[..., lo:lo + x.shape[0]], fire[:, lo:lo + x.shape[0]] = _batch_effects(cc, models, hooks, x, y,
-                                                                                      latents, chunk, device)
+            eff[..., lo:lo + x.shape[0]], fire[:, lo:lo + x.shape[0]] = _batch_effects(
+                cc, models, hooks, x, y, latents, measure, chunk, device)
     return _effects_dataset(eff, fire, list(models), latents, np.arange(n) if samples is None else np.asarray(samples))
 
 

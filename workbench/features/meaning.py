@@ -21,7 +21,7 @@ crosscoder in eval mode (its threshold, so a token's code does not depend on its
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -32,7 +32,7 @@ from workbench.analysis.tokens import TokenLayout, token_arrays
 from workbench.features.crosscoder import Crosscoder
 from workbench.features.pairs import paired_tokens
 
-__all__ = ["token_layout", "paired_codes", "latent_activations", "patch_crops"]
+__all__ = ["token_layout", "paired_codes", "latent_activations", "activations_from_rows", "hook_shape", "patch_crops"]
 
 
 def token_layout(shape: Sequence[int], name: str, image_hw: tuple[int, int], model: nn.Module | None = None
@@ -110,26 +110,38 @@ def latent_activations(cc: Crosscoder, models: Mapping[str, nn.Module], hooks: M
         samples: ``(N,)`` dataset index of each image (the ``sample`` coordinate); default ``0..N-1``.
         top: tokens kept per latent.
     """
-    n = images.shape[0]
-    first_label = next(iter(models))
-    img_mean = torch.zeros(n, cc.width)
-    img_max = torch.zeros(n, cc.width)
-    best, shape = _Top(cc.width, top), None
-    for lo in range(0, n, batch_size):
-        x = images[lo:lo + batch_size]
-        _, codes = paired_codes(cc, models, hooks, x, device)
-        b = x.shape[0]
-        codes = codes.cpu().reshape(b, -1, cc.width)  # (B·T, width) -> (B, T, width): token_rows is image-major
+    first = next(iter(models))
+    shape = hook_shape(models[first], hooks[first], images[:1], device)
+    layout = token_layout(shape, hooks[first], tuple(images.shape[-2:]), models[first])
+    batches = (paired_tokens(models, hooks, images[lo:lo + batch_size], device)
+               for lo in range(0, images.shape[0], batch_size))
+    return activations_from_rows(cc, batches, images.shape[0], labels, samples, layout, top=top)
+
+
+@torch.no_grad()
+def activations_from_rows(cc: Crosscoder, batches: Iterable[list[torch.Tensor]], n: int, labels: Sequence[int],
+                          samples: Sequence[int] | None, layout: TokenLayout, *, top: int = 8) -> xr.Dataset:
+    """:func:`latent_activations` from per-model rows already read (batches of whole images, in image order)."""
+    img_mean, img_max = torch.zeros(n, cc.width), torch.zeros(n, cc.width)
+    best, lo = _Top(cc.width, top), 0
+    was = cc.training
+    cc.eval()
+    for rows in batches:
+        codes, _ = cc.encode([r.to(cc.b_enc.device) for r in rows])
+        codes = codes.cpu().reshape(-1, layout.num_tokens, cc.width)  # (B·T, width) -> (B, T, width), image-major
+        b = codes.shape[0]
         img_mean[lo:lo + b], img_max[lo:lo + b] = codes.mean(1), codes.amax(1)
         best.add(codes, lo)
-        if shape is None:
-            shape = _hook_shape(models[first_label], hooks[first_label], x[:1], device)
-    layout = token_layout(shape, hooks[first_label], tuple(images.shape[-2:]), models[first_label])
+        lo += b
+    cc.train(was)
+    if lo != n:
+        raise ValueError(f"the batches held {lo} images, not {n}")
     return _activation_dataset(img_mean, img_max, best, layout, np.asarray(labels),
                                np.arange(n) if samples is None else np.asarray(samples))
 
 
-def _hook_shape(model: nn.Module, hook: str, x: torch.Tensor, device) -> tuple[int, ...]:
+def hook_shape(model: nn.Module, hook: str, x: torch.Tensor, device: torch.device | str = "cpu") -> tuple[int, ...]:
+    """The shape of ``model``'s value at ``hook`` on the batch ``x`` (the forward stops there)."""
     from methods.hooks import run_with_cache
 
     _, cache = run_with_cache(model, x.to(device), names=[hook], stop_early=True)
