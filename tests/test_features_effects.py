@@ -236,3 +236,39 @@ def test_rank_teacher_only_keeps_live_teacher_only_latents_by_drop():
     dead = np.array([False, False, False, True, False])
     ranked = rank_teacher_only(classes, dead, np.array([0.1, 0.9, 0.5, 0.8, 0.7]))
     assert ranked.tolist() == [2, 0]
+
+
+# ------------------------------------------------------------------------------------------------ gallery
+def test_study_pair_feeds_the_gallery_figure_and_table():
+    import json
+
+    from matplotlib.figure import Figure
+
+    from workbench.features import CrosscoderConfig
+    from workbench.features.report import StudyOptions, study_pair
+    from workbench.figures.compare.features import assemble, features_table
+    from workbench.plots.features import plot_feature_diff
+
+    models, hooks, _, _, _ = _setup()
+    g = torch.Generator().manual_seed(5)
+    train, held = torch.randn(48, 1, 4, 4, generator=g), torch.randn(30, 1, 4, 4, generator=g)
+    labels = np.arange(30) % 3
+    display = (held[:, 0].numpy() - held.min().item()) / (held.max() - held.min()).item()  # (30, 4, 4) in [0, 1]
+    cfg = CrosscoderConfig(width=8, k=2, epochs=2, batch_images=8)
+    opt = StudyOptions(candidates=3, show=2, crops=3, batch_size=16)
+    ds = study_pair(models, hooks, train, held, labels, np.arange(500, 530), display, cfg, opt)
+    assert ds.sizes["shown"] == 2 and ds.sizes["rank"] == 3 and ds["crop"].shape[-2:] == (6, 6)
+    assert set(ds["crop_sample"].values.ravel()) <= set(range(500, 530))
+    correct = ds["correct"].values  # the models' own predictions on the held-out images
+    with torch.no_grad():
+        for m, model in enumerate(models.values()):
+            np.testing.assert_array_equal(correct[m], model(held).argmax(-1).numpy() == labels)
+    assert str(ds["lost_status"].values) in ("shown", "partly", "not shown")
+    arch = assemble([ds, ds], ["A", "B"], ["toy", "toy"], title="toy teacher", pairs=json.dumps(
+        {"A": list(hooks.values()), "B": list(hooks.values())}), budget=json.dumps({"width": 8, "k": 2, "epochs": 2}),
+        train_images="toy", held_images="toy")
+    table = features_table(arch)
+    assert list(table.frame["student"]) == ["A", "B"]
+    assert table.frame["lost features → lost accuracy"][0].startswith(str(ds["lost_status"].values))
+    fig = plot_feature_diff([arch])
+    assert isinstance(fig, Figure) and len(fig.axes) >= 2 + 2 * (1 + 2 * 3)

@@ -93,9 +93,12 @@ def rank_teacher_only(latent_class: np.ndarray, dead: np.ndarray, teacher_drop: 
     return latents[order[: int(ok.sum())]]
 
 
-def lost_status(n_latents: int, n_lost: int, low: float, excess: float, th: LostThresholds = LostThresholds()
-                ) -> tuple[str, str]:
-    """``(status, reason)`` from the test's numbers (module docstring, 4)."""
+def lost_status(n_latents: int, n_lost: int, low: float, excess: float, th: LostThresholds = LostThresholds(),
+                n_teacher_only: int | None = None) -> tuple[str, str]:
+    """``(status, reason)`` from the test's numbers (module docstring, 4); ``n_teacher_only``: the live teacher-only
+    latents there were before the effect filter (for the reason only)."""
+    if n_teacher_only == 0:
+        return "not shown", "the diff found no live teacher-only latent: nothing lost at this block"
     if n_latents == 0:
         return "not shown", (f"no live teacher-only latent lowers the teacher's log p(correct) by ≥ {th.min_effect:g} "
                              "nats when removed: nothing lost that the teacher used")
@@ -152,5 +155,5 @@ def lost_features(image_act: np.ndarray, labels: np.ndarray, teacher_correct: np
     else:
         delta = low = high = excess = np.nan
         n_lost, n_kept = int(lost.sum()), int(kept.sum())
-    status, reason = lost_status(len(chosen), n_lost, low, excess, th)
+    status, reason = lost_status(len(chosen), n_lost, low, excess, th, n_teacher_only=len(ranked))
     return LostTest(chosen, n_lost, n_kept, delta, low, high, excess, status, reason)

@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
+from matplotlib.patches import Patch, Rectangle
 
 from workbench.plots.theme import MISSING_COLOR
 
@@ -96,7 +96,8 @@ def plot_feature_diff(datasets: Sequence[xr.Dataset], title: str = "Feature-leve
         return fig
     n_hist = -(-len(studs) // _HIST_COLUMNS)
     fig = plt.figure(figsize=(15, 2.2 * n_hist + 1.25 * len(studs) + 0.8))
-    outer = fig.add_gridspec(2, 1, height_ratios=[2.2 * n_hist, 1.25 * len(studs)], hspace=0.12)
+    outer = fig.add_gridspec(2, 1, height_ratios=[2.2 * n_hist, 1.25 * len(studs)], hspace=0.12, top=0.93,
+                             bottom=0.02, left=0.05, right=0.98)
     top = outer[0].subgridspec(n_hist, _HIST_COLUMNS, hspace=0.95, wspace=0.35)
     rows = outer[1].subgridspec(len(studs), 1, hspace=0.9)
     for k, (ds, label) in enumerate(studs):
@@ -105,5 +106,8 @@ def plot_feature_diff(datasets: Sequence[xr.Dataset], title: str = "Feature-leve
         _histogram(fig.add_subplot(top[k // _HIST_COLUMNS, k % _HIST_COLUMNS]), d, label, th)
         context = int(json.loads(ds.attrs.get("study", "{}")).get("context", 1))
         _latent_row(fig, rows[k], d, label, context)
-    fig.suptitle(title, fontsize=11)
+    fig.legend(handles=[Patch(color=CLASS_COLORS[c], alpha=0.3, label=c.replace("_", "-") + " band")
+                        for c in ("teacher_only", "shared", "student_only")],
+               loc="upper right", ncols=3, fontsize=8, frameon=False, bbox_to_anchor=(0.98, 0.975))
+    fig.suptitle(title, fontsize=11, x=0.05, ha="left", y=0.985)
     return fig

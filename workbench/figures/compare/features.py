@@ -89,16 +89,22 @@ def _features(arch: str):
             parts.append(ds)
             ctx.log(f"  features {arch} {s.label}: {pair[0]} ~ {pair[1]}, fve {np.round(ds['fve'].values, 3)}, "
                     f"lost test {str(ds['lost_status'].values)}")
-        out = xr.concat(parts, dim="student", coords="minimal", compat="override", combine_attrs="drop").assign_coords(
-            student=[s.label for s in studs], method=("student", [s.method for s in studs]))
-        kept = {k: parts[0].attrs[k] for k in ("thresholds", "study", "lost_method", "crosscoder")}
-        return out.assign_attrs(arch=arch, title=f"{ARCH_TITLE[arch]} ({teacher.id})", teacher_run=teacher.id,
-                                students=json.dumps([s.label for s in studs]), pairs=json.dumps(pairs),
-                                budget=json.dumps(asdict(b)), train_images=ctx.image_spec(b.train_images),
-                                held_images=comparison.attrs["agreement_images"], **kept)
+        return assemble(parts, [s.label for s in studs], [s.method for s in studs], arch=arch,
+                        title=f"{ARCH_TITLE[arch]} ({teacher.id})", teacher_run=teacher.id, pairs=json.dumps(pairs),
+                        budget=json.dumps(asdict(b)), train_images=ctx.image_spec(b.train_images),
+                        held_images=comparison.attrs["agreement_images"])
 
     make.__name__ = f"features_{arch}"
     return make
+
+
+def assemble(parts: list[xr.Dataset], students: list[str], methods: list[str], **attrs) -> xr.Dataset:
+    """One teacher's study Datasets (:func:`workbench.features.report.study_pair`) along the ``student`` dim, with
+    the attrs the plot and the table read (``title``, ``pairs``, ``budget``, ``train_images``, ``held_images``)."""
+    out = xr.concat(parts, dim="student", coords="minimal", compat="override", combine_attrs="drop")
+    kept = {k: parts[0].attrs[k] for k in ("thresholds", "study", "lost_method", "crosscoder")}
+    return out.assign_coords(student=students, method=("student", methods)).assign_attrs(
+        students=json.dumps(students), **kept, **attrs)
 
 
 def _needs(arch: str):
