@@ -95,7 +95,7 @@ def _shown(diff: xr.Dataset, ranked: np.ndarray, n: int) -> np.ndarray:
 def study_pair(models: Mapping[str, nn.Module], hooks: Mapping[str, str], train: torch.Tensor, held: torch.Tensor,
                labels: np.ndarray, samples: np.ndarray, display: np.ndarray, cfg: CrosscoderConfig,
                opt: StudyOptions = StudyOptions(), device: torch.device | str = "cpu",
-               correct: np.ndarray | None = None) -> xr.Dataset:
+               correct: np.ndarray | None = None, cc: Crosscoder | None = None) -> xr.Dataset:
     """Everything the gallery shows of one pair (module docstring), as one Dataset.
 
     Args:
@@ -105,8 +105,10 @@ def study_pair(models: Mapping[str, nn.Module], hooks: Mapping[str, str], train:
         display: ``(N_held, H, W[, 3])`` the held-out images in [0, 1] (for the crops).
         correct: ``(2, N_held)`` per-image correctness of the teacher and the student when already known (e.g.
             what ``compare`` stores); None: computed here.
+        cc: a crosscoder already trained on ``train`` with ``cfg`` (e.g. by :func:`cached_crosscoder`); None:
+            trained here.
     """
-    cc = cached_crosscoder(models, hooks, train, cfg, device)
+    cc = cached_crosscoder(models, hooks, train, cfg, device) if cc is None else cc
     rows = [paired_tokens(models, hooks, x, device) for _, x in
             image_batches(held, opt.batch_size, seed=0, shuffle=False)]  # per batch, per model (B·T, d_m)
     diff = crosscoder_diff(cc, rows, list(models), opt.thresholds)
