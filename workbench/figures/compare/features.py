@@ -11,9 +11,10 @@ so the lost test reads the same predictions as ``compare.table1``.
 
 Budget (:data:`BUDGETS`): on the demo the crosscoder trains on 1000 of the 4000 training digits (``demo:train[::4]``,
 every class), 3 epochs of 32 images a step, 128 latents, k = 16 — a subset and a short schedule, so the two items
-cost ≤ 150 s cold together (measured: 66 + 34 + 41 s for the three teachers' data on the shared 2-core CPU, ~10 s to
-draw both); the diff and the lost test use all 1000 held-out digits, the effects every 5th of them. A longer
-training (``workbench features``) gives sharper classes.
+cost ≤ 150 s cold together (measured as one thread's CPU time, what a step costs on an idle core: 39 + 16 + 18 s
+for the three teachers' data and 5 s to draw both; wall time on the shared, loaded development machine was 2–3×
+that); the diff and the lost test use all 1000 held-out digits, the effects every 5th of them. A longer training
+(``workbench features``) gives sharper classes.
 """
 
 from __future__ import annotations
