@@ -272,3 +272,23 @@ def test_study_pair_feeds_the_gallery_figure_and_table():
     assert table.frame["lost features → lost accuracy"][0].startswith(str(ds["lost_status"].values))
     fig = plot_feature_diff([arch])
     assert isinstance(fig, Figure) and len(fig.axes) >= 2 + 2 * (1 + 2 * 3)
+
+
+def test_a_latent_without_a_student_decoder_is_ranked_and_shown_as_teacher_only():
+    from workbench.features import CrosscoderConfig
+    from workbench.features.report import StudyOptions, study_pair
+
+    models, hooks, cc, _, _ = _setup(seed=2)
+    with torch.no_grad():
+        cc.W_dec[1][5] = 0.0  # latent 5: r = 0, teacher-only by construction
+    g = torch.Generator().manual_seed(7)
+    held = torch.randn(24, 1, 4, 4, generator=g)
+    labels = np.arange(24) % 3
+    ds = study_pair(models, hooks, held, held, labels, np.arange(24), np.zeros((24, 4, 4)),
+                    CrosscoderConfig(width=10, k=3), StudyOptions(candidates=3, show=2, crops=2), cc=cc)
+    assert str(ds["latent_class_name"].values[5]) == "teacher_only" and not bool(ds["dead"].values[5])
+    assert int(ds["ranked_latent"].values[0]) == 5 and int(ds["shown_latent"].values[0]) == 5
+    assert float(ds["shown_effect"].sel(model="student").values[0]) == 0.0  # nothing of it in the student
+    eff = latent_effects(cc, models, hooks, held, labels, [5])  # the figure's teacher effect, independently
+    assert float(ds["shown_effect"].sel(model="teacher").values[0]) == pytest.approx(
+        float(eff["effect_mean"].sel(model="teacher", latent=5)), abs=1e-9)
