@@ -81,11 +81,15 @@ def _features(arch: str):
         cfg = CrosscoderConfig(width=b.width, k=b.k, epochs=b.epochs, batch_images=b.batch_images)
         opt = StudyOptions(candidates=b.candidates, show=b.show, effect_every=b.effect_every,
                            lost=LostThresholds(min_lost=b.min_lost))
-        t_model, parts, pairs = models.loaded[TEACHER].model, [], {}
+        t_model, parts, pairs, skipped = models.loaded[TEACHER].model, [], {}, {}
         for s in studs:
             torch.manual_seed(0)
             s_model = models.loaded[s.label].model
-            pair = middle_pair(paired_hooks(t_model, s_model, s.blocks))
+            try:  # a student without block hook points, or whose blocks do not pair with the teacher's: left out
+                pair = middle_pair(paired_hooks(t_model, s_model, s.blocks))
+            except ValueError as err:
+                skipped[s.label] = str(err)
+                continue
             pairs[s.label] = pair
             ds = study_pair({"teacher": t_model, "student": s_model}, {"teacher": pair[0], "student": pair[1]},
                             train.tensor, held.tensor, held.labels, np.asarray(held.source.indices), held.display,
@@ -94,7 +98,11 @@ def _features(arch: str):
             parts.append(ds)
             ctx.log(f"  features {arch} {s.label}: {pair[0]} ~ {pair[1]}, fve {np.round(ds['fve'].values, 3)}, "
                     f"lost test {str(ds['lost_status'].values)}")
-        return assemble(parts, [s.label for s in studs], [s.method for s in studs], arch=arch,
+        done = [s for s in studs if s.label in pairs]
+        if not done:
+            return xr.Dataset(attrs={"arch": arch, "title": ARCH_TITLE[arch], "students": "[]",
+                                     "skipped": json.dumps(skipped)})
+        return assemble(parts, [s.label for s in done], [s.method for s in done], arch=arch, skipped=json.dumps(skipped),
                         title=f"{ARCH_TITLE[arch]} ({teacher.id})", teacher_run=teacher.id, pairs=json.dumps(pairs),
                         budget=json.dumps(asdict(b)), train_images=ctx.image_spec(b.train_images),
                         held_images=comparison.attrs["agreement_images"])
@@ -139,6 +147,7 @@ def features_table(*datasets: xr.Dataset) -> Table:
 
     rows, notes, profile = [], [], ""
     for ds in datasets:
+        notes += [f"{k}: left out ({v})." for k, v in json.loads(ds.attrs.get("skipped", "{}")).items()]
         if "student" not in ds.dims:
             continue
         profile = ds.attrs.get("profile", profile)
