@@ -548,3 +548,26 @@ def test_native_refused_where_it_does_not_apply(tmp_path):
         load_model("vit_demo", native=True)
     assert main(["analyze", "attention", "--model", f"hf:{tmp_path / 'swin'}", "--native", "--out",
                  str(tmp_path / "a.zarr")]) == 2 and not (tmp_path / "a.zarr").exists()
+
+
+@pytest.mark.parametrize("name", ["vit", "deit", "dinov2-reg"])
+def test_native_hf_attributions_equal_converted(tmp_path, name):
+    """Attributions run on the HF model itself (its attention read at the native hook points, with gradients) equal
+    those of its converted timm model; LeGrad, which needs timm's final norm and head, is refused with its reason."""
+    from workbench.explain import attribute
+    from workbench.hf.native import NativeViT
+
+    cls, config = FAMILIES[name]()
+    _save(cls, config, tmp_path / name)
+    hf = cls.from_pretrained(tmp_path / name, attn_implementation="sdpa").eval()
+    converted, _ = load_hf(f"hf:{tmp_path / name}")
+    x = torch.randn(2, 3, config.image_size, config.image_size, generator=torch.Generator().manual_seed(5))
+    for method in ("raw_attention", "rollout", "generic_attention", "saliency", "attnlrp"):
+        got = attribute(NativeViT(hf), x, method=method, target=1)["relevance"].values
+        want = attribute(converted.model.eval(), x, method=method, target=1)["relevance"].values
+        scale = float(np.abs(want).max())
+        assert scale > 0, method
+        np.testing.assert_allclose(got, want, atol=1e-4 * scale, rtol=1e-3, err_msg=method)
+    with pytest.raises(ValueError, match="legrad does not apply"):
+        attribute(NativeViT(hf), x, method="legrad", target=1)
+    assert hf.config._attn_implementation == "sdpa"
