@@ -104,7 +104,7 @@ def both_curves(model: nn.Module, images: torch.Tensor, maps: torch.Tensor, targ
         logits = model(x.reshape(m * steps, c, h, w)).double().view(m, steps, -1)  # (m, S, classes)
         prob.append(F.softmax(logits, -1).gather(-1, target[sl].view(m, 1, 1).expand(m, steps, 1))[..., 0].cpu())
         acc.append((logits.argmax(-1) == labels[sl].view(m, 1)).double().cpu())
-    return torch.cat(prob).numpy(), torch.cat(acc).numpy()
+    return torch.cat(prob).cpu().numpy(), torch.cat(acc).cpu().numpy()
 
 
 def _auc(curves: np.ndarray, fractions: Sequence[float]) -> np.ndarray:

@@ -21,7 +21,7 @@ from einops import rearrange
 from methods.hooks import hook_points, run_with_cache
 from workbench.analysis.tokens import TokenLayout, vit_token_layout
 
-__all__ = ["model_grid", "token_layout", "token_row", "to_pixels", "to_patches", "last_stage"]
+__all__ = ["model_grid", "no_grid_reason", "token_layout", "token_row", "to_pixels", "to_patches", "last_stage"]
 
 _STAGE = re.compile(r"^stages\.(\d+)\.hook_out$")
 
@@ -37,6 +37,15 @@ def token_layout(model: nn.Module, image_size: tuple[int, int]) -> TokenLayout:
     return vit_token_layout(model, image_size)
 
 
+def no_grid_reason(model: nn.Module) -> str | None:
+    """None if ``model`` has a patch grid to put an explanation on (a ``patch_embed``, or ``stages.{i}.hook_out`` hook
+    points), else why it has none."""
+    if getattr(model, "patch_embed", None) is not None or last_stage(model) is not None:
+        return None
+    return (f"{type(model).__name__} has neither a patch_embed nor stages.{{i}}.hook_out hook points: no patch grid to "
+            "put an explanation on")
+
+
 @torch.no_grad()
 def model_grid(model: nn.Module, images: torch.Tensor) -> tuple[int, int]:
     """The patch grid ``(gh, gw)`` of ``model`` for ``images`` (module docstring).
@@ -46,10 +55,10 @@ def model_grid(model: nn.Module, images: torch.Tensor) -> tuple[int, int]:
     """
     if getattr(model, "patch_embed", None) is not None:
         return token_layout(model, tuple(images.shape[-2:])).grid
+    why = no_grid_reason(model)
+    if why is not None:
+        raise ValueError(why)
     stage = last_stage(model)
-    if stage is None:
-        raise ValueError(f"{type(model).__name__} has neither a patch_embed nor stages.{{i}}.hook_out hook points: "
-                         "no patch grid to put an explanation on")
     _, cache = run_with_cache(model, images[:1], names=stage, stop_early=True)
     gh, gw = cache[stage].shape[-2:]  # (1, C, gh, gw)
     return int(gh), int(gw)

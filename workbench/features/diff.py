@@ -117,7 +117,7 @@ class _Totals:
         """``(beta (variant, model, latent), nu (variant, latent))`` (module docstring)."""
         raw = [(w / s).detach().double().cpu() for w, s in zip(cc.W_dec, cc.scale)]
         d2 = torch.where(self.owner.bool().cpu(), raw[1].pow(2).sum(1), raw[0].pow(2).sum(1))  # (width,) ‖d_j‖²
-        beta = (self.fy / (d2 * self.f2).clamp_min(1e-300)).numpy()
+        beta = (self.fy / (d2 * self.f2).clamp_min(1e-300)).cpu().numpy()
         own = self.owner.long().cpu().numpy()
         cols = np.arange(beta.shape[2])
         b_own, b_other = beta[:, own, cols], beta[:, 1 - own, cols]  # (variant, latent)
@@ -161,7 +161,7 @@ def _dataset(cc: Crosscoder, totals: _Totals, labels: list[str], th: ClassThresh
     norms = cc.decoder_norms().detach().double().cpu().numpy()  # (2, width)
     relative = norms[1] / np.maximum(norms.sum(0), 1e-300)
     classes = latent_classes(relative, th)
-    rate = (totals.fired / totals.n).numpy()
+    rate = (totals.fired / totals.n).cpu().numpy()
     dead, dense = rate == 0, rate > th.dense
     ds = xr.Dataset(
         {"decoder_norm": (("model", "latent"), norms), "relative_norm": ("latent", relative),

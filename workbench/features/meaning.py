@@ -151,15 +151,15 @@ def hook_shape(model: nn.Module, hook: str, x: torch.Tensor, device: torch.devic
 def _activation_dataset(img_mean: torch.Tensor, img_max: torch.Tensor, best: _Top, layout: TokenLayout,
                         labels: np.ndarray, samples: np.ndarray) -> xr.Dataset:
     kind, ty, tx = token_arrays(layout.prefix_kinds, layout.grid)
-    pos, tok = best.where[..., 0].numpy(), best.where[..., 1].numpy()  # (latent, rank)
+    pos, tok = best.where[..., 0].cpu().numpy(), best.where[..., 1].cpu().numpy()  # (latent, rank)
     valid = pos >= 0
-    mean = img_mean.double().numpy()
+    mean = img_mean.double().cpu().numpy()
     classes = np.unique(labels[labels >= 0])
     class_mean = np.stack([mean[labels == c].mean(0) for c in classes], 1) if classes.size else \
         np.zeros((mean.shape[1], 0))
     ds = xr.Dataset(
-        {"image_mean": (("sample", "latent"), mean), "image_max": (("sample", "latent"), img_max.double().numpy()),
-         "top_activation": (("latent", "rank"), np.where(valid, best.value.double().numpy(), np.nan)),
+        {"image_mean": (("sample", "latent"), mean), "image_max": (("sample", "latent"), img_max.double().cpu().numpy()),
+         "top_activation": (("latent", "rank"), np.where(valid, best.value.double().cpu().numpy(), np.nan)),
          "top_position": (("latent", "rank"), pos), "top_sample": (("latent", "rank"), np.where(valid, samples[pos], -1)),
          "top_token": (("latent", "rank"), tok), "class_mean": (("latent", "label"), class_mean)},
         coords={"sample": samples, "latent": np.arange(mean.shape[1]), "rank": np.arange(pos.shape[1]),

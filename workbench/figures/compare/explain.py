@@ -148,6 +148,7 @@ def explain_data(arch: str):
             return xr.Dataset(attrs={"arch": arch, "title": ARCH_TITLE[arch], "students": "[]"})
         b = BUDGETS[ctx.profile.name]
         models, teacher = _models(ctx, arch)
+        left_out = _without_grid(models)
         batch = load_images(ctx.image_spec(b.images), input_size=models.input_size, mean=models.mean, std=models.std)
         x = batch.tensor.to(ctx.device)
         y = torch.as_tensor(batch.labels, device=ctx.device)
@@ -178,10 +179,22 @@ def explain_data(arch: str):
         return ds.assign_attrs(arch=arch, title=f"{ARCH_TITLE[arch]} ({teacher.id})", images=ctx.image_spec(b.images),
                                perturbed=f"every {b.perturb_every}th" + (" (the teacher: every one)" if full else ""),
                                budget=json.dumps(asdict(b)), students=json.dumps(order[1:]),
+                               left_out=json.dumps(left_out),
                                papers=json.dumps({m: _paper(m) for m in methods}))
 
     make.__name__ = f"compare_explain_{arch}"
     return make
+
+
+def _without_grid(models) -> dict[str, str]:
+    """Take the students with no patch grid (e.g. a registered student wrapping its model without a ``patch_embed``)
+    out of ``models.loaded``: label -> why, named in the table's notes instead of failing the item."""
+    from workbench.explain.grids import no_grid_reason
+
+    out = {label: why for label, lm in models.loaded.items() if label != TEACHER and (why := no_grid_reason(lm.model))}
+    for label in out:
+        del models.loaded[label]
+    return out
 
 
 def _paper(name: str) -> str:
@@ -254,6 +267,7 @@ def _notes(ds: xr.Dataset) -> list[str]:
                 methods += [str(e)] if str(e) not in methods else []
                 models += [str(m)] if str(m) not in models else []
     notes += [f"{title}, not applicable: {', '.join(es)} to {', '.join(ms)} — {why}" for why, (es, ms) in na.items()]
+    notes += [f"{title}: {label} left out — {why}" for label, why in json.loads(ds.attrs.get("left_out", "{}")).items()]
     secs = ", ".join(f"{m} {float(s):.1f} s" for m, s in zip(ds["model"].values, ds["seconds"].values))
     notes.append(f"{title}: maps and agreement on {ds.sizes['sample']} held-out digits ({ds.attrs['images']}), the "
                  f"perturbation test on {ds.attrs.get('perturbed', 'all')} of them and the randomisation check on "
