@@ -13,6 +13,10 @@
 #   torchrun-far-1   the same under a 1-process NCCL torchrun
 #   stream-2/1       `analyze attention --out X.zarr` streamed under a 2- (or 1-) process torchrun, equal to 1 process
 #   stream-far-dep   a streamed `analyze dependency` of the FAR student (backward through its LSTMs) under torchrun
+#   explain-vit/far  `workbench explain` (every explainer that applies, with the perturbation test) of the teacher and
+#                    FAR on the device and on the CPU: per explainer, rank correlation >= 0.99 and AUCs within 0.02
+#   features         `workbench features` (a crosscoder over the teacher and FAR) on the device and on the CPU: FVE
+#                    within 0.03
 #   figures          `workbench figures IDS --profile smoke --device cuda --jobs 1`: by default one figure per method
 #                    whose data runs on the device (the whole smoke gallery is longer than this script's budget:
 #                    GPU_CHECK_FIGURES=--all GPU_CHECK_FIGURES_TIMEOUT=1500 draws it)
@@ -113,7 +117,7 @@ ON=(--device "$DEVICE")
 # torchrun set-up runs anywhere)
 mapfile -t CUDA_FILES < <(grep -l -i cuda tests/test_*.py)
 if "$PY" -c "import pytest" 2> /dev/null; then
-  check cuda-tests 90 "$PY" -m pytest -q -p no:cacheprovider -m "not integration and not notebooks" -k cuda -rs \
+  check cuda-tests 150 "$PY" -m pytest -q -p no:cacheprovider -m "not integration and not notebooks" -k cuda -rs \
     "${CUDA_FILES[@]}"
 else
   skip cuda-tests "cuda-tests: pytest is not installed (put its wheels, with pluggy's and iniconfig's, in .whl/)"
@@ -145,6 +149,29 @@ check "stream-$RANKS" 90 bash -c "$(printf '%q ' "${TORCHRUN[@]}") --nproc_per_n
 [ "$RANKS" -ge 2 ] || skip stream-2 "2-GPU: only 1 GPU (stream-2; the streamed extraction ran on 1 NCCL rank)"
 check stream-far-dep 90 bash -c "$(printf '%q ' "${TORCHRUN[@]}") --nproc_per_node $RANKS -m workbench.cli analyze \
   dependency --model far-vit-smoke --queries cls --layers 0,2 $(printf '%q ' "${STREAM[@]}") --out $S/far-dep.zarr"
+
+# (f) explanations and crosscoders (#29, #30) on the device against the same command on the CPU: every explainer that
+# applies to the ViT and to FAR (LSTMs: gradient and LRP methods) with Chefer's perturbation test, then a crosscoder
+# over the teacher and FAR (same seed, same tokens), each compared with its CPU twin by gpu_check_verify.py
+EXPLAIN_ALL=raw_attention,rollout,generic_attention,chefer_lrp,attnlrp,cp_lrp,gradcam,legrad,ig,saliency
+twice() {  # twice NAME VERIFY ARGS... : `workbench ARGS --device D --out $S/NAME-D.nc` on the device, then on the CPU
+  local name=$1 verify=$2 d
+  shift 2
+  for d in "$DEVICE" cpu; do
+    "${WB[@]}" "$@" --device "$d" --out "$S/$name-$d.nc" || return 1
+  done
+  "$PY" scripts/gpu_check_verify.py "$verify" "$S/$name-$DEVICE.nc" "$S/$name-cpu.nc"
+}
+export -f twice
+export DEVICE PY S
+EX=(explain --images 'demo:val[:48]' --perturbation --ig-steps 16 --method "$EXPLAIN_ALL")
+check explain-vit 120 bash -c "WB=($(printf '%q ' "${WB[@]}")); twice explain-vit explain $(printf '%q ' "${EX[@]}") \
+  --model teacher-vit-smoke"
+check explain-far 120 bash -c "WB=($(printf '%q ' "${WB[@]}")); twice explain-far explain $(printf '%q ' "${EX[@]}") \
+  --model far-vit-smoke"
+FEAT=(features --teacher teacher-vit-smoke --student far-vit-smoke --images 'demo:train[:1024]' --held-out
+  'demo:val[:128]' --width 64 --k 8 --epochs 2)
+check features 120 bash -c "WB=($(printf '%q ' "${WB[@]}")); twice features features $(printf '%q ' "${FEAT[@]}")"
 
 # (a) the figures on the device, reusing the runs above, training the rest (one process: --jobs 1); the gallery's
 # index and PNGs are copied flat into the log folder (figures-index.md, fig-<id>.png)
