@@ -15,6 +15,7 @@ import xarray as xr
 
 from workbench.explore.explanations import ExplanationState, draw, explanation_state
 from workbench.explore.rows import ExploreError
+from workbench.plots.explain import UNITS
 
 
 def _store(scale: float, seed: int, methods=("rollout", "saliency"), missing: dict | None = None) -> xr.Dataset:
@@ -43,7 +44,7 @@ def test_store_views_show_each_models_map_on_one_scale():
     assert view["image_id"] == "#6"
     fig = draw(state.view())
     assert [ax.get_title() for ax in fig.axes[:3]] == ["#6", "teacher", "FAR"]
-    assert any("relevance" in ax.get_ylabel() for ax in fig.axes)  # the colour bar names what it shows
+    assert any(ax.get_ylabel() == UNITS["rollout"] for ax in fig.axes)  # the colour bar names what it shows
     with pytest.raises(ExploreError, match="unknown method"):
         state.select(method="nope")
     with pytest.raises(ExploreError, match="image must be"):
@@ -79,3 +80,46 @@ def test_the_widget_drives_the_state():
     method, image, scale = w.children[0].children
     method.value, image.value, scale.value = "saliency", 2, "panel"
     assert state.selection == type(state.selection)(image=2, method="saliency", scale="panel")
+
+
+def test_the_explorer_explanation_view_shows_attribute_maps_of_its_own_image():
+    """The browser explorer's "explanations" view (Explorer.explanations, following the explorer's state): the maps it
+    sends are :func:`workbench.explain.attribute`'s on the image the explorer shows — computed here from the image
+    spec, independently — after an image change from code; one colour scale over the models; FAR's reason for
+    rollout instead of a map; back to the attention maps on the same image."""
+    import torch
+
+    from workbench.analysis import examples
+    from workbench.data import load_images
+    from workbench.explain import attribute
+    from workbench.explore import explore
+
+    torch.manual_seed(0)
+    teacher, far = examples.vit(), examples.far()
+    spec = "demo:val[::500]"
+    w = explore(teacher, {"FAR": far}, images=spec, explainers=["saliency", "rollout"])
+    assert [o for o in w.method_menu.options] == ["saliency", "rollout"] and w.mode_menu.value is False
+    w.mode_menu.value = True  # the control -> the explanation state -> the view
+    w.state.select(image=1)  # the explorer's image: the one source of truth
+    batch = load_images(spec, input_size=(1, 28, 28))
+    want_id = f"demo:val[{int(batch.source.indices[1])}]"
+    sent = w.view.state
+    assert sent["mode"] == "explain" and sent["method"] == "saliency"
+    assert sent["image_id"] == w.view.image_id == want_id
+    np.testing.assert_array_equal(np.frombuffer(w.view.image, np.uint8).reshape(w.view.image_shape),
+                                  np.clip(np.round(batch.display[1] * 255), 0, 255).astype(np.uint8))
+    maps = np.frombuffer(w.view.panels, np.float32).reshape(2, 28, 28)
+    for got, model in zip(maps, (teacher, far)):
+        ref = attribute(model, batch.tensor[1:2], method="saliency")["relevance_pixel"].values[0]
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-8)
+    t, f = sent["panels"]
+    top = max(np.percentile(np.abs(m), 99) for m in maps)
+    assert t["vmax"] == f["vmax"] == pytest.approx(top) and t["units"] == UNITS["saliency"]
+    assert (t["image_id"], f["image_id"]) == (want_id, want_id)
+    w.method_menu.value = "rollout"
+    t, f = w.view.state["panels"]
+    assert t["grid"] == [28, 28] and f["grid"] == [0, 0] and f["vmax"] is None
+    assert "no attention" in f["note"]
+    assert np.isfinite(np.frombuffer(w.view.panels, np.float32)).all()  # the teacher's map only, no NaN stand-in
+    w.explanations.select(shown=False)  # from code: the control follows, the view is the maps again
+    assert w.mode_menu.value is False and "mode" not in w.view.state and w.view.state["image_id"] == want_id
