@@ -277,7 +277,7 @@ function explanationView(root, state, base, buffer, pixelsOf) {
     const box = el("div", "wbx-panel");
     box.appendChild(el("div", "wbx-label", p.label));
     const wrong = p.image_id !== pixelsOf;
-    let sub = map ? state.method : `n/a: ${p.note}`;
+    let sub = map ? state.method : `${state.method} does not apply (why: below)`;
     if (wrong) {
       sub = `maps of ${p.image_id} are not drawn over ${pixelsOf}`;
       map = null;
