@@ -14,10 +14,13 @@ of the 95 % interval of the mean Spearman ρ over the images is at least :data:`
 end is below, else it is *inconclusive*. A student keeps its teacher's reasons overall when it keeps them for every
 explainer that applies to both, loses them when it loses them for every one, else *mixed*.
 Intervals: :func:`workbench.stats.paired_diff_interval` (normal, over images).
+
+:func:`explain_agreement` runs the agreement on loaded models (what ``workbench compare --explainers`` stores).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 import numpy as np
@@ -25,7 +28,8 @@ import xarray as xr
 
 from workbench.stats import paired_diff_interval
 
-__all__ = ["KEEP_RHO", "TOPK", "agreement", "mean_interval", "paired_auc", "reasons", "student_reasons"]
+__all__ = ["KEEP_RHO", "TOPK", "agreement", "mean_interval", "paired_auc", "reasons", "student_reasons",
+           "explain_agreement"]
 
 KEEP_RHO = 0.5  # mean Spearman ρ (teacher vs student map of one image) at or above which a student keeps the reasons
 TOPK = 0.1  # top-k overlap: the top 10 % cells of each map
@@ -103,3 +107,71 @@ def student_reasons(per_explainer: dict[str, Status]) -> Literal["keeps", "loses
     if not got:
         return "untested"
     return "keeps" if got == {"keeps"} else "loses" if got == {"loses"} else "mixed"
+
+
+def _maps(model, images, methods: list[str], target, batch_size: int) -> tuple[xr.Dataset | None, dict[str, str]]:
+    """``model``'s maps of ``methods`` that apply to it, shaped as :func:`agreement` reads them (an ``explained``
+    dim of one, ``"target"``), and the reasons of those that do not apply."""
+    from workbench.explain import attribute, get_explainer
+
+    why = {m: r for m in methods if (r := get_explainer(m).applies(model))}
+    run = [m for m in methods if m not in why]
+    if not run:
+        return None, why
+    ds = attribute(model, images, method=run, target=target, batch_size=batch_size)
+    return ds[["relevance", "relevance_pixel"]].expand_dims(explained=["target"], axis=1), why
+
+
+def explain_agreement(models, images, methods, *, teacher: str, targets, topk: float = TOPK,
+                      threshold: float = KEEP_RHO, batch_size: int = 32) -> xr.Dataset:
+    """Each student's explanations against its teacher's on the same images (module docstring): per explainer that
+    applies to both, the per-image Spearman ρ and top-``topk`` overlap (:func:`agreement`), their means with 95 %
+    intervals over the images (:func:`mean_interval`) and the verdict (:func:`reasons`).
+
+    Args:
+        models: label -> eval-mode model, the teacher among them.
+        images: ``(B, C, H, W)`` normalised for every model.
+        methods: explainer names (``workbench.explain.EXPLAINERS``).
+        teacher: the teacher's label.
+        targets: label -> the class each image's map explains, ``(B,)`` (the same for every model, so both maps
+            answer one question), or None for the model's own prediction.
+        topk, threshold: the top-k share and :data:`KEEP_RHO`.
+
+    Returns:
+        ``explain_spearman`` / ``explain_topk(model, explainer, sample)`` (NaN for the teacher and where an explainer
+        applies to only one of the two), ``explain_spearman_mean`` / ``_low`` / ``_high`` and the same for
+        ``explain_topk`` ``(model, explainer)``, ``explain_reasons(model, explainer)`` (``keeps``, ``loses``,
+        ``inconclusive``; ``""`` where not compared), coord ``explain_grid(model)`` (``patch`` or ``pixel``: where the
+        maps were compared); attrs ``explain_not_applicable`` (JSON: model -> explainer -> why).
+    """
+    methods, names = list(methods), list(models)
+    maps, why = {}, {}
+    for label, model in models.items():
+        maps[label], why[label] = _maps(model, images, methods, targets[label], batch_size)
+    n, shape = images.shape[0], (len(names), len(methods))
+    per = {k: np.full((*shape, n), np.nan) for k in ("spearman", "topk")}
+    summary = {f"{k}_{s}": np.full(shape, np.nan) for k in per for s in ("mean", "low", "high")}
+    verdict, grid = np.full(shape, "", dtype=object), [""] * len(names)
+    for i, label in enumerate(names):
+        if label == teacher or maps[label] is None or maps[teacher] is None:
+            continue
+        got = agreement(maps[teacher], maps[label], topk=topk)
+        grid[i] = got.attrs["grid"]
+        for e in got["explainer"].values:
+            j = methods.index(str(e))
+            for k in per:
+                per[k][i, j] = got[k].sel(explainer=e).values
+                summary[f"{k}_mean"][i, j], summary[f"{k}_low"][i, j], summary[f"{k}_high"][i, j] = \
+                    mean_interval(per[k][i, j])
+            verdict[i, j] = reasons(per["spearman"][i, j], threshold=threshold)[0]
+    dims = ("model", "explainer")
+    out = xr.Dataset({**{f"explain_{k}": ((*dims, "sample"), v) for k, v in per.items()},
+                      **{f"explain_{k}": (dims, v) for k, v in summary.items()},
+                      "explain_reasons": (dims, verdict.astype(str))},
+                     coords={"model": names, "explainer": methods, "sample": np.arange(n),
+                             "explain_grid": ("model", grid)})
+    out["explain_spearman"].attrs.update(long_name="Spearman ρ of the student's map with its teacher's, per image")
+    out["explain_topk"].attrs.update(long_name=f"share of the top {topk:.0%} cells in common with the teacher's map")
+    out["explain_reasons"].attrs.update(
+        long_name=f"keeps its teacher's reasons: 95 % interval of the mean ρ ≥ {threshold}; loses: < {threshold}")
+    return out.assign_attrs(explain_not_applicable=json.dumps({k: v for k, v in why.items() if v}, sort_keys=True))
