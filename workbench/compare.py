@@ -17,7 +17,9 @@ an error (:class:`ValueError` naming each model's input), since nothing lines up
 ``explainers=[...]`` (``--explainers``) adds each student's agreement with the teacher's explanations
 (:func:`workbench.explain.compress.explain_agreement`: ``explain_spearman`` / ``explain_topk(model, explainer,
 sample)``, their means with 95 % intervals, ``explain_reasons(model, explainer)``: keeps / loses / inconclusive),
-the explained class being the one ``target`` names; explainers that do not apply are in the ``notes``.
+the explained class being the one ``target`` names; explainers that do not apply are in the ``notes``. With
+``explain_perturbation=True`` (``--explain-perturbation``) also every model's positive / negative perturbation AUC of
+its own maps (``explain_auc``) and each student's paired difference to the teacher (``explain_auc_diff_*``).
 
 ::
 
@@ -132,7 +134,8 @@ def _is_run(ref: str) -> bool:
     return find_run(ref) is not None
 
 
-def compare_loaded(models: Models, images: str, *, explainers: Sequence[str] = (), **options) -> xr.Dataset:
+def compare_loaded(models: Models, images: str, *, explainers: Sequence[str] = (), explain_perturbation: bool = False,
+                   **options) -> xr.Dataset:
     """:func:`~workbench.analysis.teacher_vs_students.compare_models` of loaded models on an image spec, stamped (module docstring).
 
     Args:
@@ -140,6 +143,8 @@ def compare_loaded(models: Models, images: str, *, explainers: Sequence[str] = (
         images: image spec, e.g. ``demo:val[15::31]`` (32 digits of all classes), ``skimage:astronaut,chelsea``.
         explainers: explainers of :mod:`workbench.explain` whose teacher–student agreement is added
             (:func:`_explanations`); none by default.
+        explain_perturbation: with ``explainers``, also each model's perturbation AUC of its own maps and each
+            student's paired difference to the teacher.
         **options: ``parts`` and the fields of :class:`~workbench.analysis.teacher_vs_students.CompareConfig`.
     """
     import torch
@@ -159,7 +164,8 @@ def compare_loaded(models: Models, images: str, *, explainers: Sequence[str] = (
     ds = compare_models(teacher.model, students, x, batch.labels, teacher_name=models.teacher_name, **options)
     dims = ("sample", "img_y", "img_x") if batch.display.ndim == 3 else ("sample", "img_y", "img_x", "rgb")
     if explainers:
-        ds = _explanations(ds, models, x, batch.labels, list(explainers), options.get("target", "teacher"))
+        ds = _explanations(ds, models, x, batch.labels, list(explainers), options.get("target", "teacher"),
+                           explain_perturbation)
     ds = ds.assign(image=(dims, batch.display)).assign_coords(label=("sample", batch.labels))
     ds["image"].attrs.update(units="intensity in [0, 1]", long_name="the image the models saw")
     out = stamp_comparison(ds, teacher.source, {k: m.source for k, m in models.loaded.items()
@@ -167,7 +173,8 @@ def compare_loaded(models: Models, images: str, *, explainers: Sequence[str] = (
     return out.assign_attrs(images=images, input_size=json.dumps(list(models.input_size)))
 
 
-def _explanations(ds: xr.Dataset, models: Models, x, labels, explainers: list[str], target: str) -> xr.Dataset:
+def _explanations(ds: xr.Dataset, models: Models, x, labels, explainers: list[str], target: str, perturb: bool
+                  ) -> xr.Dataset:
     """``ds`` with each student's explanation agreement with the teacher
     (:func:`workbench.explain.compress.explain_agreement`: per explainer, Spearman ρ and top-10 % overlap per image,
     their means with 95 % intervals, keeps / loses / inconclusive), explaining the class compare's ``target`` names
@@ -186,7 +193,8 @@ def _explanations(ds: xr.Dataset, models: Models, x, labels, explainers: list[st
         fixed = {"teacher": nets[models.teacher_name](x).argmax(-1),
                  "label": torch.as_tensor(np.asarray(labels), device=x.device).long()}.get(target)
     start = time.perf_counter()
-    got = explain_agreement(nets, x, explainers, teacher=models.teacher_name, targets={k: fixed for k in nets})
+    got = explain_agreement(nets, x, explainers, teacher=models.teacher_name, targets={k: fixed for k in nets},
+                            perturb=perturb)
     seconds = {**json.loads(ds.attrs.get("seconds", "{}")), "explanations": round(time.perf_counter() - start, 4)}
     notes = json.loads(ds.attrs.get("notes", "{}"))
     for label, why in json.loads(got.attrs["explain_not_applicable"]).items():
