@@ -99,7 +99,9 @@ def test_the_explorer_explanation_view_shows_attribute_maps_of_its_own_image():
     spec = "demo:val[::500]"
     w = explore(teacher, {"FAR": far}, images=spec, explainers=["saliency", "rollout"])
     assert [o for o in w.method_menu.options] == ["saliency", "rollout"] and w.mode_menu.value is False
+    assert w.method_menu.disabled and not w.layer_slider.disabled
     w.mode_menu.value = True  # the control -> the explanation state -> the view
+    assert not w.method_menu.disabled and w.layer_slider.disabled and w.head_menu.disabled  # maps-only controls off
     w.state.select(image=1)  # the explorer's image: the one source of truth
     batch = load_images(spec, input_size=(1, 28, 28))
     want_id = f"demo:val[{int(batch.source.indices[1])}]"

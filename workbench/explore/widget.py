@@ -135,8 +135,12 @@ class Explorer(widgets.VBox):
             self.strip_menu.value = sel.strip
             self.diff_toggle.value = sel.difference
             self.direction_toggle.value = sel.direction
-            self.mode_menu.value = self.explanations.selection.shown
+            shown = self.mode_menu.value = self.explanations.selection.shown
             self.method_menu.value = self.explanations.selection.method
+            self.method_menu.disabled = not shown
+            for w in (self.layer_slider, self.head_menu, self.self_menu, self.diff_toggle, self.direction_toggle,
+                      self.strip_menu, *self.token_buttons):  # the attention maps' own controls
+                w.disabled = shown
         finally:
             self._syncing = False
 
