@@ -24,6 +24,7 @@ every panel carries the id of the image its map was computed on, checked against
 from __future__ import annotations
 
 import json
+import textwrap
 from dataclasses import dataclass, replace
 from typing import Literal, Mapping
 
@@ -259,10 +260,11 @@ def draw(view: dict, *, panel_inches: float = 2.2):
     cmap = "RdBu_r" if view["signed"] else "viridis"
     for ax, p in zip(axes[1:], panels):
         ax.set_title(p["label"], fontsize=9)
-        if p["map"] is None:
-            ax.set_facecolor("#d9d9d9")
-            ax.text(0.5, 0.5, "n/a:\n" + p["note"][:90], ha="center", va="center", fontsize=6, wrap=True,
-                    transform=ax.transAxes)
+        if p["map"] is None:  # the image's shape in grey (panels line up), the reason wrapped inside it
+            ax.imshow(np.full(img.shape[:2], 0.85), cmap="gray", vmin=0, vmax=1)
+            why = textwrap.wrap(p["note"], 30)
+            ax.text(0.5, 0.5, "does not apply:\n" + "\n".join(why[:7] + (["…"] if len(why) > 7 else [])),
+                    ha="center", va="center", fontsize=6, transform=ax.transAxes)
         else:
             im = ax.imshow(np.clip(p["map"], p["vmin"], p["vmax"]), cmap=cmap, vmin=p["vmin"], vmax=p["vmax"])
             cb = fig.colorbar(im, ax=ax, shrink=0.8)
