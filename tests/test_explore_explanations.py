@@ -125,3 +125,22 @@ def test_the_explorer_explanation_view_shows_attribute_maps_of_its_own_image():
     assert np.isfinite(np.frombuffer(w.view.panels, np.float32)).all()  # the teacher's map only, no NaN stand-in
     w.explanations.select(shown=False)  # from code: the control follows, the view is the maps again
     assert w.mode_menu.value is False and "mode" not in w.view.state and w.view.state["image_id"] == want_id
+
+
+def test_an_explorer_of_stores_says_there_is_no_model_to_explain():
+    """An explorer built from attention stores only: its explanation view names the reason per panel (no map, no
+    NaN), on the explorer's own image, and lists the default explainers without importing the explainers."""
+    from types import SimpleNamespace
+
+    from workbench.explore.explanations import DEFAULT_METHODS, follow_explorer
+    from workbench.explore.state import Images, Selection
+
+    images = Images(np.zeros((2, 4, 4)), ["demo:val[3]", "demo:val[8]"])
+    fake = SimpleNamespace(sources={"teacher": object(), "FAR": object()}, images=images, selection=Selection(image=1))
+    state = follow_explorer(fake)
+    assert state.methods == list(DEFAULT_METHODS)
+    sent, buffers = state.select(method="saliency").payload()
+    assert sent["image_id"] == "demo:val[8]" and buffers["panels"] == b""
+    assert [(p["label"], p["grid"], p["image_id"]) for p in sent["panels"]] == [
+        ("teacher", [0, 0], "demo:val[8]"), ("FAR", [0, 0], "demo:val[8]")]
+    assert all("no model to explain" in p["note"] for p in sent["panels"])
