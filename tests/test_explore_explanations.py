@@ -67,6 +67,10 @@ def test_live_views_equal_attribute():
     ref = attribute(teacher, x[1:2], method="saliency")["relevance_pixel"].values[0]
     np.testing.assert_allclose(view["panels"][0]["map"], ref, rtol=1e-5, atol=1e-7)
     assert state.select(method="rollout").view()["panels"][1]["map"] is None  # FAR: no attention to roll out
+    src = state.sources["teacher"]
+    src.keep = 2  # the cache keeps the most recently shown maps only
+    state.select(image=0, method="saliency").view()
+    assert list(src.cache) == [(src.ids[1], "rollout"), (src.ids[0], "saliency")]
 
 
 def test_the_widget_drives_the_state():

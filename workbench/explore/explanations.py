@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Literal, Mapping
 
@@ -77,13 +78,15 @@ class LiveMaps:
         images: ``(B, C, H, W)`` normalised for it.
         methods: the explainers offered.
         ids: the images' ids (``dataset[index]``; default ``#i``): each map is returned with the id of its image.
+        keep: maps kept (the most recently shown; a 224-pixel map is 200 kB).
         options: explainer options (each goes to the methods that take it, e.g. ``n_steps`` to ``ig``).
     """
 
-    def __init__(self, model, images, methods: list[str], ids: list[str] | None = None, **options):
+    def __init__(self, model, images, methods: list[str], ids: list[str] | None = None, keep: int = 64, **options):
         self.model, self.images, self.methods, self.options = model, images, list(methods), options
         self.ids = list(ids) if ids is not None else [f"#{i}" for i in range(len(images))]
-        self.cache: dict[tuple[str, str], np.ndarray | str] = {}
+        self.keep = keep
+        self.cache: OrderedDict[tuple[str, str], np.ndarray | str] = OrderedDict()
 
     def image_id(self, image: int) -> str:
         return self.ids[image]
@@ -93,6 +96,9 @@ class LiveMaps:
         key = (self.ids[image], method)
         if key not in self.cache:
             self.cache[key] = self._compute(image, method)
+            while len(self.cache) > self.keep:  # memory stays bounded: the least recently shown go
+                self.cache.popitem(last=False)
+        self.cache.move_to_end(key)
         return self.cache[key]
 
     def _compute(self, image: int, method: str) -> np.ndarray | str:
