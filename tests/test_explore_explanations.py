@@ -124,9 +124,11 @@ def test_the_explorer_explanation_view_shows_attribute_maps_of_its_own_image():
     assert (t["image_id"], f["image_id"]) == (want_id, want_id)
     w.method_menu.value = "rollout"
     t, f = w.view.state["panels"]
-    assert t["grid"] == [28, 28] and f["grid"] == [0, 0] and f["vmax"] is None
+    assert t["grid"] == [7, 7] and f["grid"] == [0, 0] and f["vmax"] is None  # rollout: the patch grid travels
     assert "no attention" in f["note"]
-    assert np.isfinite(np.frombuffer(w.view.panels, np.float32)).all()  # the teacher's map only, no NaN stand-in
+    sent = np.frombuffer(w.view.panels, np.float32).reshape(7, 7)  # the teacher's map only, no NaN stand-in
+    ref = attribute(teacher, batch.tensor[1:2], method="rollout")["relevance_pixel"].values[0]
+    np.testing.assert_array_equal(np.kron(sent, np.ones((4, 4), np.float32)), ref)  # each patch over its 4 x 4 pixels
     w.explanations.select(shown=False)  # from code: the control follows, the view is the maps again
     assert w.mode_menu.value is False and "mode" not in w.view.state and w.view.state["image_id"] == want_id
 
@@ -148,3 +150,14 @@ def test_an_explorer_of_stores_says_there_is_no_model_to_explain():
     assert [(p["label"], p["grid"], p["image_id"]) for p in sent["panels"]] == [
         ("teacher", [0, 0], "demo:val[8]"), ("FAR", [0, 0], "demo:val[8]")]
     assert all("no model to explain" in p["note"] for p in sent["panels"])
+
+
+def test_coarsest_grid_is_lossless():
+    from workbench.explore.explanations import coarsest
+
+    patch = np.random.default_rng(0).random((7, 7)).astype(np.float32)
+    m = np.kron(patch, np.ones((4, 4), np.float32))  # a patch map over its pixels
+    np.testing.assert_array_equal(coarsest(m), patch)
+    m[0, 1] += 1  # one pixel off its patch's value: nothing coarser holds it
+    assert coarsest(m).shape == (28, 28)
+    assert coarsest(np.full((6, 4), 2.0)).shape == (3, 2)  # the largest block dividing both sides: 2 x 2

@@ -36,7 +36,7 @@ from workbench.explore.state import Images
 from workbench.plots.explain import SIGNED, UNITS
 
 __all__ = ["StoreMaps", "LiveMaps", "NoMaps", "ExplainSelection", "ExplanationState", "draw", "explanation_state",
-           "explanation_mode", "follow_explorer", "DEFAULT_METHODS"]
+           "explanation_mode", "follow_explorer", "coarsest", "DEFAULT_METHODS"]
 
 PERCENTILE = 99.0
 #: the explainers an Explorer offers, in this order (those registered; the field's most trusted first)
@@ -237,19 +237,31 @@ class ExplanationState:
     def payload(self) -> tuple[dict, dict[str, bytes]]:
         """What the explorer's browser view receives: a JSON-able dict (``mode="explain"``; per panel its label,
         grid, colour range, units, note, image id) and ``panels``: float32 maps of the drawn panels, concatenated in
-        model order (float32: relevance values span more decades than float16 keeps)."""
+        model order (float32: relevance values span more decades than float16 keeps), each on the coarsest grid it
+        is constant over (:func:`coarsest`: a patch map repeated over its pixels travels as the patch grid)."""
         v = self.view()
         maps, meta = [], []
         for p in v["panels"]:
             drawn = p["map"] is not None
             if drawn:
-                maps.append(np.asarray(p["map"], np.float32).ravel())
+                maps.append(coarsest(np.asarray(p["map"], np.float32)))
             meta.append(dict(label=p["label"], image_id=p["image_id"], note=p["note"], units=p["units"],
-                             grid=list(p["map"].shape) if drawn else [0, 0],
+                             grid=list(maps[-1].shape) if drawn else [0, 0],
                              vmin=float(p["vmin"]) if drawn else None, vmax=float(p["vmax"]) if drawn else None))
         state = dict(mode="explain", image_id=v["image_id"], method=v["method"], scale=v["scale"], signed=v["signed"],
                      units=v["units"], panels=meta)
-        return state, {"panels": np.concatenate(maps).tobytes() if maps else b""}
+        return state, {"panels": np.concatenate([m.ravel() for m in maps]).tobytes() if maps else b""}
+
+
+def coarsest(m: np.ndarray) -> np.ndarray:
+    """``m`` ``(H, W)`` on the coarsest grid it is constant over, blocks of s x s pixels (s divides H and W; the
+    largest that holds exactly): repeating each cell s times along both axes gives ``m`` back, bit for bit."""
+    h, w = m.shape
+    for s in sorted((d for d in range(2, min(h, w) + 1) if h % d == 0 and w % d == 0), reverse=True):
+        small = m[::s, ::s]  # (H / s, W / s)
+        if np.array_equal(np.repeat(np.repeat(small, s, 0), s, 1), m, equal_nan=True):
+            return small
+    return m
 
 
 def draw(view: dict, *, panel_inches: float = 2.2):

@@ -295,7 +295,7 @@ function explanationView(root, state, base, buffer, pixelsOf) {
     c.title = map ? `${p.label}: ${state.method}` : `${p.label}: ${p.note}`;
     if (map) {
       drawPanel(c, base, map, p.grid, p.vmin, p.vmax, null, null, false, { diverging: state.signed, gridLines: false, alpha: 0.8 });
-      hoverReadout(c, readout, { ...p, units: p.units }, map, { query_label: "" }, "pixel");
+      hoverReadout(c, readout, p, map, { query_label: "" }, `cell of its ${p.grid[0]}×${p.grid[1]} map`);
     } else {  // greyed, with the reason beside it: never a blank panel
       drawPanel(c, base, null, [1, 1], 0, 1, null, null, true, { gridLines: false, greyText: "does not apply" });
     }
