@@ -66,6 +66,11 @@ def test_live_views_equal_attribute():
     x = state.sources["teacher"].images
     ref = attribute(teacher, x[1:2], method="saliency")["relevance_pixel"].values[0]
     np.testing.assert_allclose(view["panels"][0]["map"], ref, rtol=1e-5, atol=1e-7)
+    from workbench.explore.explanations import LiveMaps
+
+    subset = LiveMaps(teacher, x, ["saliency"], ids=["demo:val[a]", "demo:val[b]"], positions=[1])  # the caller's
+    assert subset.image_id(0) == "demo:val[b]"  # image 0 is the tensor's row 1: its id and its map
+    np.testing.assert_allclose(subset.map(0, "saliency"), ref, rtol=1e-5, atol=1e-7)
     assert state.select(method="rollout").view()["panels"][1]["map"] is None  # FAR: no attention to roll out
     src = state.sources["teacher"]
     src.keep = 2  # the cache keeps the most recently shown maps only

@@ -79,21 +79,25 @@ class LiveMaps:
         methods: the explainers offered.
         ids: the images' ids (``dataset[index]``; default ``#i``): each map is returned with the id of its image.
         keep: maps kept (the most recently shown; a 224-pixel map is 200 kB).
+        positions: the row of ``images`` of each image the caller numbers (default: the same numbering), e.g. an
+            explorer that shows only the images every store holds, a subset of its live models' images.
         options: explainer options (each goes to the methods that take it, e.g. ``n_steps`` to ``ig``).
     """
 
-    def __init__(self, model, images, methods: list[str], ids: list[str] | None = None, keep: int = 64, **options):
+    def __init__(self, model, images, methods: list[str], ids: list[str] | None = None, keep: int = 64,
+                 positions: list[int] | None = None, **options):
         self.model, self.images, self.methods, self.options = model, images, list(methods), options
         self.ids = list(ids) if ids is not None else [f"#{i}" for i in range(len(images))]
         self.keep = keep
+        self.positions = list(positions) if positions is not None else list(range(len(images)))
         self.cache: OrderedDict[tuple[str, str], np.ndarray | str] = OrderedDict()
 
     def image_id(self, image: int) -> str:
-        return self.ids[image]
+        return self.ids[self.positions[image]]
 
     def map(self, image: int, method: str) -> np.ndarray | str:
         """``(H, W)`` map of ``method`` on image ``image``, or the reason it does not apply (or failed)."""
-        key = (self.ids[image], method)
+        key = (self.image_id(image), method)
         if key not in self.cache:
             self.cache[key] = self._compute(image, method)
             while len(self.cache) > self.keep:  # memory stays bounded: the least recently shown go
@@ -113,7 +117,8 @@ class LiveMaps:
         params = inspect.signature(e.fn).parameters
         opts = {k: v for k, v in self.options.items() if k in params}
         try:
-            ds = attribute(self.model, self.images[image:image + 1], method=method, **opts)
+            row = self.positions[image]
+            ds = attribute(self.model, self.images[row:row + 1], method=method, **opts)
         except (ValueError, ImportError) as err:  # e.g. the optional `lxt` missing: the panel says so
             return f"not computed: {err}"
         return ds["relevance_pixel"].values[0]
@@ -344,7 +349,8 @@ def follow_explorer(state, methods: list[str] | None = None, **options) -> Expla
             sources[label] = NoMaps("a store of maps, no model to explain (pass the model itself, or explain it with "
                                     "`workbench explain`)", state.images.ids)
         else:
-            sources[label] = LiveMaps(model, src.images, methods, ids=src.ids, **options)
+            sources[label] = LiveMaps(model, src.images, methods, ids=src.ids, **options,
+                                      positions=[src.ids.index(i) for i in state.images.ids])
     return ExplanationState(sources, state.images, methods, follow=state)
 
 
