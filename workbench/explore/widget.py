@@ -53,7 +53,9 @@ class Explorer(widgets.VBox):
     """The explorer: controls above an :class:`ExploreView`, all kept in step with :attr:`state`.
 
     The state is the one source of truth: a change from code (``w.state.select(...)``) or from a control goes to
-    the state, whose observer sets every control and sends the view (with the image when it changed).
+    the state, whose observer sets every control and sends the view (with the image when it changed). The "view"
+    menu's "explanations" shows :attr:`explanations` instead (:func:`~workbench.explore.explanations.follow_explorer`:
+    one explainer's map per model, on this state's image and colour scale).
     """
 
     def __init__(self, state: ExploreState, call: str | None = None, explainers: list[str] | None = None):
