@@ -166,3 +166,35 @@ def test_coarsest_grid_is_lossless():
     m[0, 1] += 1  # one pixel off its patch's value: nothing coarser holds it
     assert coarsest(m).shape == (28, 28)
     assert coarsest(np.full((6, 4), 2.0)).shape == (3, 2)  # the largest block dividing both sides: 2 x 2
+
+
+def test_explorer_reads_a_models_explanations_from_its_store_by_image_id():
+    """``explore(..., explain_stores={"FAR": store})``: FAR's maps come from its ``workbench explain`` store (stamped:
+    matched by image id, here holding only the explorer's image 1), the teacher's are computed; an image the store
+    lacks and an explainer that does not apply get their reasons; a store for no model here is refused."""
+    import torch
+
+    from workbench.analysis import examples
+    from workbench.data import load_images
+    from workbench.explain import attribute
+    from workbench.explore import explore
+    from workbench.provenance import DataSource, ModelSource, stamp
+
+    torch.manual_seed(0)
+    teacher, far = examples.vit(), examples.far()
+    spec = "demo:val[::500]"
+    batch = load_images(spec, input_size=(1, 28, 28))
+    one = int(batch.source.indices[1])
+    store = stamp(attribute(far, batch.tensor[1:2], method=["saliency", "rollout"]),
+                  ModelSource("far", "module", None, None), DataSource("demo:val", [one]))
+    w = explore(teacher, {"FAR": far}, images=spec, explainers=["saliency", "rollout"], explain_stores={"FAR": store})
+    w.explanations.select(shown=True, method="saliency")
+    w.state.select(image=1)
+    t, f = w.explanations.view()["panels"]
+    assert f["image_id"] == t["image_id"] == f"demo:val[{one}]"
+    np.testing.assert_array_equal(f["map"], store["relevance_pixel"].sel(explainer="saliency").values[0])
+    assert "no attention" in w.explanations.select(method="rollout").view()["panels"][1]["note"]
+    w.state.select(image=0)
+    assert "holds no map of demo:val[" in w.explanations.view()["panels"][1]["note"]
+    with pytest.raises(ExploreError, match="no model here"):
+        explore(teacher, {"FAR": far}, images=spec, explain_stores={"Swin": store})

@@ -31,12 +31,12 @@ from typing import Literal, Mapping
 
 import numpy as np
 
-from workbench.explore.rows import ExploreError
+from workbench.explore.rows import ExploreError, image_ids
 from workbench.explore.state import Images
 from workbench.plots.explain import SIGNED, UNITS
 
 __all__ = ["StoreMaps", "LiveMaps", "NoMaps", "ExplainSelection", "ExplanationState", "draw", "explanation_state",
-           "explanation_mode", "follow_explorer", "coarsest", "DEFAULT_METHODS"]
+           "explanation_mode", "follow_explorer", "coarsest", "Aligned", "DEFAULT_METHODS"]
 
 PERCENTILE = 99.0
 #: the explainers an Explorer offers, in this order (those registered; the field's most trusted first)
@@ -50,13 +50,17 @@ class StoreMaps:
     def __init__(self, store):
         import xarray as xr
 
-        from workbench.store import open_store
+        from workbench.explore.build import open_store_lazily  # no torch
 
-        ds = store if isinstance(store, xr.Dataset) else open_store(store, load=True)
+        ds = store if isinstance(store, xr.Dataset) else open_store_lazily(store, "explanations").load()
         if "relevance_pixel" not in ds:
             raise ExploreError("an explanation store needs relevance_pixel (written by `workbench explain`)")
         self.ds = ds if "explainer" in ds["relevance_pixel"].dims else ds.expand_dims(explainer=[str(ds["explainer"].values)])
-        self.reasons = json.loads(ds.attrs.get("not_applicable", "{}"))
+        self.reasons = json.loads(ds.attrs.get("not_applicable") or "{}")
+        try:  # "dataset[index]" where the store is stamped (``workbench explain``), else "#sample"
+            self.ids = image_ids(ds)
+        except ExploreError:
+            self.ids = [f"#{int(s)}" for s in ds["sample"].values]
 
     def maps(self, image: int) -> dict[str, np.ndarray | str]:
         """method -> ``(H, W)`` map of image ``image``, or the reason the method does not apply."""
@@ -64,10 +68,28 @@ class StoreMaps:
         return {**self.reasons, **{str(e): rel.sel(explainer=e).values for e in self.ds["explainer"].values}}
 
     def image_id(self, image: int) -> str:
-        return f"#{int(self.ds['sample'].values[image])}"
+        return self.ids[image]
 
     def map(self, image: int, method: str) -> np.ndarray | str:
-        return self.maps(image).get(method, "not computed for this model")
+        return self.maps(image).get(method, "not in this explanation store")
+
+
+class Aligned:
+    """A source's maps numbered by another image list (an explorer's): an image the source lacks gets the reason."""
+
+    def __init__(self, source, ids: list[str]):
+        self.source, self.ids = source, list(ids)
+        self.rows = {iid: k for k, iid in enumerate(source.ids)}  # image id -> the source's numbering
+
+    def image_id(self, image: int) -> str:
+        iid = self.ids[image]
+        return self.source.image_id(self.rows[iid]) if iid in self.rows else iid
+
+    def map(self, image: int, method: str) -> np.ndarray | str:
+        iid = self.ids[image]
+        if iid not in self.rows:
+            return f"its explanation store holds no map of {iid} (explain these images: `workbench explain`)"
+        return self.source.map(self.rows[iid], method)
 
 
 class LiveMaps:
@@ -306,9 +328,9 @@ def explanation_state(models: Mapping[str, object] | None = None, images: str | 
     image spec) or ``stores`` (label -> ``workbench explain`` store or Dataset; no torch)."""
     if stores:
         sources = {k: StoreMaps(v) for k, v in stores.items()}
-        first = next(iter(sources.values())).ds
-        display = first["image"].values if "image" in first else np.zeros((first.sizes["sample"], 1, 1))
-        return ExplanationState(sources, Images(display, [f"#{int(s)}" for s in first["sample"].values]), methods)
+        first = next(iter(sources.values()))
+        display = first.ds["image"].values if "image" in first.ds else np.zeros((first.ds.sizes["sample"], 1, 1))
+        return ExplanationState(sources, Images(display, first.ids), methods)
     if not models or images is None:
         raise ExploreError("give models and an image spec, or stores")
     from workbench.data import load_images
@@ -323,17 +345,30 @@ def explanation_state(models: Mapping[str, object] | None = None, images: str | 
     return ExplanationState(sources, Images(batch.display, ids), methods)
 
 
-def follow_explorer(state, methods: list[str] | None = None, **options) -> ExplanationState:
+def follow_explorer(state, methods: list[str] | None = None, stores: Mapping[str, object] | None = None,
+                    **options) -> ExplanationState:
     """The explanation mode of an explorer: an :class:`ExplanationState` over its models that follows its
     :class:`~workbench.explore.state.ExploreState` (the image and colour scale are the explorer's own).
 
     Args:
         state: the explorer's state; its live models are explained on the images they hold, a store has no model
             (its panel says so).
-        methods: the explainers offered (default: :data:`DEFAULT_METHODS` that are registered).
+        methods: the explainers offered (default: :data:`DEFAULT_METHODS` that are registered; with stores alone,
+            those the stores hold).
+        stores: label (one of the explorer's models) -> ``workbench explain`` store (path or Dataset): that model's
+            maps read from it (matched to the explorer's images by image id), not computed.
         options: explainer options (e.g. ``n_steps`` of ``ig``).
     """
-    if any(getattr(src, "model", None) is not None for src in state.sources.values()):
+    stores = {k: StoreMaps(v) for k, v in (stores or {}).items()}
+    stray = sorted(set(stores) - set(state.sources))
+    if stray:
+        raise ExploreError(f"explanation stores for {stray}, which is no model here; label them with one of "
+                           f"{list(state.sources)}")
+    live = [k for k, src in state.sources.items() if getattr(src, "model", None) is not None and k not in stores]
+    if methods is None and stores and not live:
+        held = {str(e) for st in stores.values() for e in st.ds["explainer"].values}
+        methods = [m for m in DEFAULT_METHODS if m in held] + sorted(held - set(DEFAULT_METHODS))
+    if live:
         from workbench.explain import load_all  # torch: only where there is a live model (stores alone stay light)
 
         known = load_all()
@@ -345,7 +380,9 @@ def follow_explorer(state, methods: list[str] | None = None, **options) -> Expla
     sources: dict = {}
     for label, src in state.sources.items():
         model = getattr(src, "model", None)
-        if model is None:
+        if label in stores:
+            sources[label] = Aligned(stores[label], state.images.ids)
+        elif model is None:
             sources[label] = NoMaps("a store of maps, no model to explain (pass the model itself, or explain it with "
                                     "`workbench explain`)", state.images.ids)
         else:

@@ -58,12 +58,13 @@ class Explorer(widgets.VBox):
     one explainer's map per model, on this state's image and colour scale).
     """
 
-    def __init__(self, state: ExploreState, call: str | None = None, explainers: list[str] | None = None):
+    def __init__(self, state: ExploreState, call: str | None = None, explainers: list[str] | None = None,
+                 explain_stores: Mapping[str, Any] | None = None):
         from workbench.explore.explanations import follow_explorer
 
         self.state = state
         self.call = call  # the explore(...) call that rebuilds this explorer, when it has one
-        self.explanations = follow_explorer(state, explainers)  # the "explanations" view: same image, same scale
+        self.explanations = follow_explorer(state, explainers, explain_stores)  # the "explanations" view: same image
         ref = state.sources[state.reference]
         n_img, n_layers = len(state.images.ids), len(ref.layer_labels)
         wide = dict(layout=widgets.Layout(width="290px"), style={"description_width": "80px"})
@@ -249,7 +250,7 @@ def _call_text(teacher, students, images, stores, kwargs) -> str | None:
 def explore(teacher: Any = None, students: Mapping[str, Any] | None = None, images: str | None = None, *,
             stores: Mapping[str, Any] | None = None, checkpoints: Mapping[str, str] | None = None,
             teacher_name: str = "teacher", device: str = "cpu", img_size: int | None = None,
-            explainers: list[str] | None = None) -> Explorer:
+            explainers: list[str] | None = None, explain_stores: Mapping[str, Any] | None = None) -> Explorer:
     """Explore a teacher beside its students: click a patch, see that token's map in every layer and head.
 
     Args:
@@ -265,6 +266,8 @@ def explore(teacher: Any = None, students: Mapping[str, Any] | None = None, imag
         img_size: input resolution of timm-name models.
         explainers: the explainers of the "explanations" view (default: every registered one,
             :data:`workbench.explore.explanations.DEFAULT_METHODS`); each is computed when first shown.
+        explain_stores: label -> ``workbench explain`` store: that model's explanations read from it (matched to
+            the images by id; no torch for a model given as a store), not computed.
 
     Raises:
         ExploreError: bad input (no images, a store without the map the view needs, a student of another input
@@ -287,4 +290,7 @@ def explore(teacher: Any = None, students: Mapping[str, Any] | None = None, imag
         kwargs["teacher_name"] = teacher_name
     if explainers is not None:
         kwargs["explainers"] = list(explainers)
-    return Explorer(state, call=_call_text(teacher, students, images, stores, kwargs), explainers=explainers)
+    if explain_stores:
+        kwargs["explain_stores"] = dict(explain_stores)
+    return Explorer(state, call=_call_text(teacher, students, images, stores, kwargs), explainers=explainers,
+                    explain_stores=explain_stores)
