@@ -19,6 +19,17 @@ generic attention method, AttnLRP and Grad-CAM within 3x). Run::
 
     PYTHONPATH=. python benchmarks/explanations.py [--batch 8] [--threads 1] [--repeats 3] [--ig-steps 50]
         [--only attnlrp,cp_lrp,chefer_lrp] [--skip ig]
+
+``--held-out N`` times instead the perturbation test over the first N held-out demo digits (``demo:val[:N]``; issue
+#29's target: the 1000 within 2 minutes per (method, model)) for a trained model (``--run``, default the demo ViT
+teacher ``teacher-vit-demo`` of ``$WORKBENCH_HOME``) and each explainer of ``--only`` (default generic_attention,
+attnlrp, rollout), once each, in three parts: the maps of the predicted class (:func:`workbench.explain.attribute`),
+Chefer's positive + negative perturbation of those maps (:func:`workbench.explain.faithfulness.perturbation`, 10
+steps each), and the whole ``faithfulness`` call the gallery makes (predicted and label class: the label's maps
+where it differs from the prediction, both scores)::
+
+    PYTHONPATH=. python benchmarks/explanations.py --held-out 1000 [--run teacher-vit-demo] [--threads 1]
+        [--only generic_attention,attnlrp,rollout] [--batch 32]
 """
 
 from __future__ import annotations
@@ -52,6 +63,32 @@ def median_times(cases: dict[str, Callable[[], object]], warmup: int, repeats: i
     return {n: statistics.median(t) for n, t in times.items()}
 
 
+def held_out(args) -> None:
+    """``--held-out N``: the perturbation test over N held-out demo digits per explainer (module docstring)."""
+    from workbench.data import load_images
+    from workbench.explain.faithfulness import faithfulness
+    from workbench.models import load_model
+
+    lm = load_model(args.run, device="cpu")
+    batch = load_images(f"demo:val[:{args.held_out}]", input_size=lm.input_size, mean=lm.mean, std=lm.std)
+    x, y = batch.tensor, torch.as_tensor(batch.labels)
+    names = [s for s in (args.only or "generic_attention,attnlrp,rollout").split(",") if s]
+    print(f"{args.run}, {len(x)} held-out digits {tuple(x.shape[1:])}, {torch.get_num_threads()} thread(s), "
+          f"explainer batch {args.batch}; each part timed once")
+    print(f"{'explainer':<20}{'maps s':>9}{'perturb s':>11}{'maps+perturb s':>16}{'faithfulness s':>16}"
+          f"{'img / s':>9}{'≤ 120 s':>9}")
+    for n in names:
+        t0 = time.perf_counter()
+        expl = attribute(lm.model, x, method=n, batch_size=args.batch)
+        t1 = time.perf_counter()
+        perturbation(lm.model, x, expl, batch_size=256)
+        t2 = time.perf_counter()
+        faithfulness(lm.model, x, y, method=[n], batch_size=args.batch)
+        t3 = time.perf_counter()
+        print(f"{n:<20}{t1 - t0:>9.1f}{t2 - t1:>11.1f}{t2 - t0:>16.1f}{t3 - t2:>16.1f}{len(x) / (t3 - t2):>9.1f}"
+              f"{'yes' if t3 - t2 <= 120 else 'no':>9}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="deit_small_patch16_224")
@@ -62,8 +99,13 @@ def main() -> None:
     parser.add_argument("--ig-steps", type=int, default=50)
     parser.add_argument("--skip", default="", help="comma-separated explainers not to time")
     parser.add_argument("--only", default="", help="comma-separated explainers to time (default: every one that applies)")
+    parser.add_argument("--held-out", type=int, default=0, metavar="N",
+                        help="time the perturbation test over N held-out demo digits instead (module docstring)")
+    parser.add_argument("--run", default="teacher-vit-demo", help="--held-out: the trained model (a run id)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.held_out:
+        return held_out(args)
 
     torch.manual_seed(0)
     model = timm.create_model(args.model, pretrained=False).eval()

@@ -19,6 +19,13 @@ first click with FAR among the students <= 2 s at 197 tokens and <= 5 s at 577.
 
 Usage: PYTHONPATH=. python benchmarks/explore.py [--sizes 224 384] [--clicks 20] [--threads 1]
 
+``--explanations NAMES`` times instead the explanation view (``Explorer``'s "explanations"): per explainer, its
+first showing on an image (every model explained once: :func:`workbench.explain.attribute` on one image), showing it
+again (cached) and the bytes sent (float32 maps on the coarsest grid each is constant over, plus the JSON dict).
+Measured 2026-11-27, 224 px, one thread, load average 1.4-1.8: generic attention and rollout 1.26 s first (3.4 KB:
+14 x 14 patch maps; FAR: n/a), Grad-CAM 2.79 s and Saliency 2.38 s (804 KB: 224 x 224 pixel maps), AttnLRP 13.1 s
+(FAR's LSTM LRP alone 9.5 s of it; the others 0.5-1.3 s), again 3-10 ms.
+
 Timings are one run on whatever machine this is: on the shared 2-core development VM they are taken under load from
 other jobs (the load average is printed).
 
@@ -123,9 +130,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--first-click-only", action="store_true",
                     help="live models only: the first click and clicks during the background, then the next size")
+    ap.add_argument("--explanations", default="", metavar="NAMES",
+                    help="time the explanation view of these explainers instead (comma-separated)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    if args.explanations:
+        return explanations(args)
 
     from workbench.explore import build_state
     from workbench.models import create_model
@@ -183,6 +194,33 @@ def main() -> None:
     print(HEADER)
     for r in rows:
         report(r)
+
+
+def explanations(args) -> None:
+    """``--explanations``: the explanation view's latency and bytes per explainer (module docstring)."""
+    from workbench.explore import build_state
+    from workbench.explore.explanations import follow_explorer
+    from workbench.models import create_model
+
+    names = [n for n in args.explanations.split(",") if n]
+    print(f"torch threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.2f}")
+    print(f"{'px':>4}  {'explainer':<18} {'first showing s':>15} {'again ms':>9} {'KB':>7}  panels drawn")
+    for size in args.sizes:
+        teacher = create_model(args.teacher, img_size=size).eval()
+        state = build_state(teacher, students_of(args.teacher, size), args.images, img_size=size)
+        view = follow_explorer(state, names)
+        for n in names:
+            t0 = time.perf_counter()
+            meta, buffers = view.select(method=n).payload()
+            first = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            view.payload()
+            again = time.perf_counter() - t0
+            kb = (sum(len(b) for b in buffers.values()) + len(json.dumps(meta))) / 1000
+            drawn = ", ".join(f"{p['label']} {p['grid'][0]}x{p['grid'][1]}" if p["vmax"] is not None
+                              else f"{p['label']} n/a" for p in meta["panels"])
+            print(f"{size:>4}  {n:<18} {first:>15.2f} {1000 * again:>9.1f} {kb:>7.1f}  {drawn}", flush=True)
+    print(f"load average {os.getloadavg()[0]:.2f}")
 
 
 HEADER = (f"{'tokens':>6}  {'source':<18} {'open/build s':>12} {'first click s':>13} {'(CPU s)':>7} {'during bg s':>11} "

@@ -3,7 +3,8 @@
 Playwright drives ``/usr/bin/chromium`` (Debian's package; ``.ci/run`` installs it when missing — nothing here
 downloads a browser). The test runs the notebook's cells, clicks a patch on the teacher's panel, and checks that the
 query changed and that the panels' pixels changed; it saves a screenshot (``EXPLORE_SCREENSHOT`` names where,
-default: the test's temporary directory). Skipped, with the reason, only where Chromium or Playwright is missing.
+default: the test's temporary directory); the walkthrough also switches to the explanation view. Skipped, with
+the reason, only where Chromium or Playwright is missing.
 """
 
 from __future__ import annotations
@@ -248,6 +249,8 @@ def test_notebook_walkthrough_keeps_controls_pixels_and_maps_on_one_image(lab, t
             clicked = page.evaluate(SHOWN)
             readout = page.locator(".wbx-readout").inner_text()
             page.locator(".jp-OutputArea-output:has(.wbx)").first.screenshot(path=str(shots / "walkthrough-clicked.png"))
+            explained = _explanations(page, "explanations", "generic_attention", shots)  # the same image, explained
+            saliency = _explanations(page, None, "saliency", shots)
         finally:
             browser.close()
     for shown in (selected, clicked):
@@ -257,6 +260,34 @@ def test_notebook_walkthrough_keeps_controls_pixels_and_maps_on_one_image(lab, t
         assert shown["slider_width"] >= 250, shown["slider_width"]
     assert selected["query"] == "query: patch (3, 4)" and clicked["query"] == "query: patch (1, 5)"
     assert readout.startswith("FAR · key (3, 3): ") and "gradient" in readout, readout
+    for shown, panels in (explained, saliency):  # the explanation view: image 1's pixels and maps, no other
+        assert shown["image"] == "1" and shown["query"] == f"explainer: {panels[0][1]}", shown
+        _check_one_image(shown, id1, grey1)
+    (_, _, t_ok, _, _), (_, _, far_ok, far_text, far_ticks), (_, _, sp_ok, _, _) = explained[1]
+    assert (t_ok, far_ok, sp_ok) == ("1", "0", "1")  # FAR's LSTM has no attention: its reason, no map
+    assert "no attention" in far_text and far_ticks == "", far_text
+    assert [p[2] for p in saliency[1]] == ["1", "1", "1"]
+    ticks = {p[4] for p in saliency[1]}
+    assert len(ticks) == 1 and "|∂ logit / ∂ pixel|" in ticks.pop(), saliency[1]  # one colour scale, with its units
+
+
+# per explanation panel: model, explainer, whether it applies, the panel's text, its colour bar's ticks and units
+EXPLAINED = """() => Array.from(document.querySelectorAll('canvas.wbx-explain')).map(c => [c.dataset.model,
+  c.dataset.method, c.dataset.applies, c.parentElement.innerText,
+  c.parentElement.querySelector('.wbx-ticks') ? c.parentElement.querySelector('.wbx-ticks').innerText : ''])"""
+
+
+def _explanations(page, view: str | None, method: str, shots: Path) -> tuple[dict, list]:
+    """Switch the explorer to its explanation view (``view``: the menu's label; None: already there) and ``method``;
+    returns what the page shows (:data:`SHOWN`) and :data:`EXPLAINED`, and saves a screenshot."""
+    if view is not None:
+        page.select_option(".wbx-control-mode select", label=view)
+    page.select_option(".wbx-control-method select", label=method)
+    page.wait_for_function(f"""() => document.querySelectorAll('canvas.wbx-explain[data-method="{method}"]').length === 3""",
+                           timeout=120_000)
+    shown, panels = page.evaluate(SHOWN), page.evaluate(EXPLAINED)
+    page.locator(".jp-OutputArea-output:has(.wbx)").first.screenshot(path=str(shots / f"explain-{method}.png"))
+    return shown, panels
 
 
 def test_slimswin_window_with_every_head_pruned_is_greyed(lab, tmp_path):

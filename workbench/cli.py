@@ -244,6 +244,13 @@ def _compare_flags(c: argparse.ArgumentParser) -> None:
     c.add_argument("--steps", type=int, default=None, help="deletion / insertion steps (default 16)")
     c.add_argument("--target", default=None, choices=["teacher", "own", "label"],
                    help="class the attributions explain (default: the teacher's top-1)")
+    c.add_argument("--explainers", default=None, metavar="NAMES",
+                   help="comma-separated explainers of `workbench explain` (e.g. generic_attention,attnlrp,saliency): "
+                        "each student's explanation agreement with the teacher's (Spearman, top-10%% overlap, 95%% "
+                        "intervals over the images; keeps / loses its reasons) is added to the store (default: none)")
+    c.add_argument("--explain-perturbation", action="store_true",
+                   help="with --explainers: also every model's positive / negative perturbation AUC of its own maps "
+                        "and each student's paired difference to the teacher")
     c.add_argument("--img-size", type=int, default=None, help="input resolution of timm-name models (e.g. 384)")
     _add_device(c)
 
@@ -412,11 +419,18 @@ def cmd_compare(args) -> int:
     opts = {k: getattr(args, k) for k in ("ig_steps", "steps", "target") if getattr(args, k) is not None}
     if args.parts:
         opts["parts"] = tuple(p.strip() for p in args.parts.split(",") if p.strip())
+    if args.explainers:
+        opts["explainers"] = [e.strip() for e in args.explainers.split(",") if e.strip()]
+        opts["explain_perturbation"] = args.explain_perturbation
+    elif args.explain_perturbation:
+        raise ValueError("--explain-perturbation needs --explainers NAMES (the maps whose perturbation is measured)")
     path = run_compare(args.teacher, students, args.images, args.out,
                        checkpoints=_checkpoints(args.checkpoint, ["teacher", *students]), device=args.device,
                        img_size=args.img_size, **opts)
     ds = open_store(path)
     print(summary_frame(ds).to_string(index=False))
+    if "explain_reasons" in ds:
+        _print_explain_agreement(ds)
     untrained = [m for m, src in json.loads(ds.attrs.get("models", "{}")).items() if src.get("weights") == RANDOM_INIT]
     if untrained:
         print(f"random-init weights: {', '.join(untrained)} (no checkpoint given: these rows describe untrained networks)")
@@ -428,6 +442,24 @@ def cmd_compare(args) -> int:
     ds.close()
     print(f"wrote {path}")
     return 0
+
+
+def _print_explain_agreement(ds) -> None:
+    """One line per student and explainer: mean Spearman ρ and top-10 % overlap with 95 % intervals, the verdict."""
+    says = {"keeps": "keeps its teacher's reasons", "loses": "loses its teacher's reasons"}
+    for m in ds["model"].values[1:]:
+        for e in ds["explainer"].values:
+            v = ds.sel(model=m, explainer=e)
+            if str(v["explain_reasons"].item()):
+                print(f"explanations, {m}, {e}: Spearman {float(v['explain_spearman_mean']):.2f} "
+                      f"({float(v['explain_spearman_low']):.2f} … {float(v['explain_spearman_high']):.2f}), top-10% "
+                      f"{float(v['explain_topk_mean']):.2f} ({float(v['explain_topk_low']):.2f} … "
+                      f"{float(v['explain_topk_high']):.2f}) -> {says.get(v['explain_reasons'].item(), 'inconclusive')}")
+                if "explain_auc_diff_mean" in v:
+                    d = v.sel(order="positive")
+                    print(f"    positive perturbation AUC, student − teacher: {float(d['explain_auc_diff_mean']):+.3f} "
+                          f"({float(d['explain_auc_diff_low']):+.3f} … {float(d['explain_auc_diff_high']):+.3f}; "
+                          "lower is more faithful)")
 
 
 def cmd_inspect(args) -> int:

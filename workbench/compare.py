@@ -14,6 +14,13 @@ model with another number of classes) is not an error: the parts that do not app
 and the reasons are in the attrs ``skipped`` and ``notes``. Models with different input sizes are
 an error (:class:`ValueError` naming each model's input), since nothing lines up pixel by pixel.
 
+``explainers=[...]`` (``--explainers``) adds each student's agreement with the teacher's explanations
+(:func:`workbench.explain.compress.explain_agreement`: ``explain_spearman`` / ``explain_topk(model, explainer,
+sample)``, their means with 95 % intervals, ``explain_reasons(model, explainer)``: keeps / loses / inconclusive),
+the explained class being the one ``target`` names; explainers that do not apply are in the ``notes``. With
+``explain_perturbation=True`` (``--explain-perturbation``) also every model's positive / negative perturbation AUC of
+its own maps (``explain_auc``) and each student's paired difference to the teacher (``explain_auc_diff_*``).
+
 ::
 
     from workbench.compare import compare
@@ -127,12 +134,17 @@ def _is_run(ref: str) -> bool:
     return find_run(ref) is not None
 
 
-def compare_loaded(models: Models, images: str, **options) -> xr.Dataset:
+def compare_loaded(models: Models, images: str, *, explainers: Sequence[str] = (), explain_perturbation: bool = False,
+                   **options) -> xr.Dataset:
     """:func:`~workbench.analysis.teacher_vs_students.compare_models` of loaded models on an image spec, stamped (module docstring).
 
     Args:
         models: from :func:`load_models`.
         images: image spec, e.g. ``demo:val[15::31]`` (32 digits of all classes), ``skimage:astronaut,chelsea``.
+        explainers: explainers of :mod:`workbench.explain` whose teacher–student agreement is added
+            (:func:`_explanations`); none by default.
+        explain_perturbation: with ``explainers``, also each model's perturbation AUC of its own maps and each
+            student's paired difference to the teacher.
         **options: ``parts`` and the fields of :class:`~workbench.analysis.teacher_vs_students.CompareConfig`.
     """
     import torch
@@ -140,17 +152,57 @@ def compare_loaded(models: Models, images: str, **options) -> xr.Dataset:
     from workbench.analysis.teacher_vs_students import compare_models, stamp_comparison
     from workbench.data import load_images
 
+    if explainers:
+        from workbench.explain import get_explainer
+
+        for e in explainers:
+            get_explainer(e)  # an unknown name: ValueError listing the known ones, before any work
     batch = load_images(images, input_size=models.input_size, mean=models.mean, std=models.std)
     teacher = models.loaded[models.teacher_name]
     x = batch.tensor.to(next(iter(teacher.model.parameters()), torch.empty(0)).device)
     students = {k: m.model for k, m in models.loaded.items() if k != models.teacher_name}
     ds = compare_models(teacher.model, students, x, batch.labels, teacher_name=models.teacher_name, **options)
     dims = ("sample", "img_y", "img_x") if batch.display.ndim == 3 else ("sample", "img_y", "img_x", "rgb")
+    if explainers:
+        ds = _explanations(ds, models, x, batch.labels, list(explainers), options.get("target", "teacher"),
+                           explain_perturbation)
     ds = ds.assign(image=(dims, batch.display)).assign_coords(label=("sample", batch.labels))
     ds["image"].attrs.update(units="intensity in [0, 1]", long_name="the image the models saw")
     out = stamp_comparison(ds, teacher.source, {k: m.source for k, m in models.loaded.items()
                                                 if k != models.teacher_name}, batch.source)
     return out.assign_attrs(images=images, input_size=json.dumps(list(models.input_size)))
+
+
+def _explanations(ds: xr.Dataset, models: Models, x, labels, explainers: list[str], target: str, perturb: bool
+                  ) -> xr.Dataset:
+    """``ds`` with each student's explanation agreement with the teacher
+    (:func:`workbench.explain.compress.explain_agreement`: per explainer, Spearman ρ and top-10 % overlap per image,
+    their means with 95 % intervals, keeps / loses / inconclusive), explaining the class compare's ``target`` names
+    (the teacher's top-1, the label, or each model's own); explainers that do not apply go to the ``notes``."""
+    import time
+
+    import numpy as np
+    import torch
+
+    from workbench.explain.compress import explain_agreement
+
+    nets = {k: m.model for k, m in models.loaded.items()}
+    if target == "label" and (np.asarray(labels) < 0).any():
+        raise ValueError("target 'label' needs every image's label; these images have none (use --target teacher)")
+    with torch.no_grad():
+        fixed = {"teacher": nets[models.teacher_name](x).argmax(-1),
+                 "label": torch.as_tensor(np.asarray(labels), device=x.device).long()}.get(target)
+    start = time.perf_counter()
+    got = explain_agreement(nets, x, explainers, teacher=models.teacher_name, targets={k: fixed for k in nets},
+                            perturb=perturb)
+    seconds = {**json.loads(ds.attrs.get("seconds", "{}")), "explanations": round(time.perf_counter() - start, 4)}
+    notes = json.loads(ds.attrs.get("notes", "{}"))
+    for label, why in json.loads(got.attrs["explain_not_applicable"]).items():
+        for e, reason in why.items():
+            notes.setdefault(f"explain {e}", {})[label] = reason
+    out = xr.merge([ds, got.drop_vars("sample")], compat="no_conflicts", combine_attrs="override")
+    return out.assign_attrs(notes=json.dumps(notes, sort_keys=True), seconds=json.dumps(seconds),
+                            explainers=json.dumps(explainers), explain_not_applicable=got.attrs["explain_not_applicable"])
 
 
 def compare(teacher: str, students: Sequence[str] | Mapping[str, str], images: str, *,

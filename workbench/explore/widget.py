@@ -53,12 +53,18 @@ class Explorer(widgets.VBox):
     """The explorer: controls above an :class:`ExploreView`, all kept in step with :attr:`state`.
 
     The state is the one source of truth: a change from code (``w.state.select(...)``) or from a control goes to
-    the state, whose observer sets every control and sends the view (with the image when it changed).
+    the state, whose observer sets every control and sends the view (with the image when it changed). The "view"
+    menu's "explanations" shows :attr:`explanations` instead (:func:`~workbench.explore.explanations.follow_explorer`:
+    one explainer's map per model, on this state's image and colour scale).
     """
 
-    def __init__(self, state: ExploreState, call: str | None = None):
+    def __init__(self, state: ExploreState, call: str | None = None, explainers: list[str] | None = None,
+                 explain_stores: Mapping[str, Any] | None = None):
+        from workbench.explore.explanations import follow_explorer
+
         self.state = state
         self.call = call  # the explore(...) call that rebuilds this explorer, when it has one
+        self.explanations = follow_explorer(state, explainers, explain_stores)  # the "explanations" view: same image
         ref = state.sources[state.reference]
         n_img, n_layers = len(state.images.ids), len(ref.layer_labels)
         wide = dict(layout=widgets.Layout(width="290px"), style={"description_width": "80px"})
@@ -78,9 +84,13 @@ class Explorer(widgets.VBox):
         self.export_button = widgets.Button(description="export PNG", icon="download", layout=widgets.Layout(width="auto"))
         self.export_path = widgets.Text("explore_view.png", layout=widgets.Layout(width="220px"))
         self.export_note = widgets.HTML("")
+        self.mode_menu = widgets.Dropdown(options=[("maps (click a patch)", False), ("explanations", True)],
+                                          value=False, description="view", **wide)
+        self.method_menu = widgets.Dropdown(options=self.explanations.methods, description="explainer", **wide)
         for w, cls in ((self.image_slider, "image"), (self.layer_slider, "layer"), (self.head_menu, "head"),
                        (self.scale_toggle, "scale"), (self.self_menu, "self"), (self.strip_menu, "strip"),
-                       (self.diff_toggle, "difference"), (self.direction_toggle, "direction")):
+                       (self.diff_toggle, "difference"), (self.direction_toggle, "direction"),
+                       (self.mode_menu, "mode"), (self.method_menu, "method")):
             w.add_class(f"wbx-control-{cls}")
         for kind, button in zip(ref.prefix_kinds, self.token_buttons):
             button.on_click(lambda _b, k=kind: self._apply(query=k))
@@ -93,15 +103,19 @@ class Explorer(widgets.VBox):
                               (self.self_menu, "exclude_query", SELF_SCALE), (self.strip_menu, "strip", None),
                               (self.diff_toggle, "difference", None), (self.direction_toggle, "direction", None)):
             w.observe(lambda c, k=key, m=value: self._from_control(k, c["new"] if m is None else m[c["new"]]), "value")
+        self.mode_menu.observe(lambda c: self._from_control("explain", dict(shown=c["new"])), "value")
+        self.method_menu.observe(lambda c: self._from_control("explain", dict(method=c["new"])), "value")
         self.view.observe(self._on_click, "click")
         self.view.observe(self._on_pick, "pick")
         wrap = widgets.Layout(flex_flow="row wrap")  # narrow outputs put controls on more rows, never cut them
-        controls = widgets.VBox([widgets.HBox([self.image_slider, self.layer_slider, self.head_menu], layout=wrap),
+        controls = widgets.VBox([widgets.HBox([self.mode_menu, self.method_menu], layout=wrap),
+                                 widgets.HBox([self.image_slider, self.layer_slider, self.head_menu], layout=wrap),
                                  widgets.HBox([self.scale_toggle, self.self_menu, self.diff_toggle], layout=wrap),
                                  widgets.HBox([self.direction_toggle, self.strip_menu, *self.token_buttons, self.export_button,
                                                self.export_path, self.export_note], layout=wrap)])
         super().__init__([controls, self.view])
         self._unobserve = state.observe(lambda _s, changed: self._follow(changed))
+        self.explanations.observe(lambda _s, changed: self._follow(changed))
         self._follow(set())
 
     # ------------------------------------------------------------------ state -> controls and view
@@ -124,6 +138,12 @@ class Explorer(widgets.VBox):
             self.strip_menu.value = sel.strip
             self.diff_toggle.value = sel.difference
             self.direction_toggle.value = sel.direction
+            shown = self.mode_menu.value = self.explanations.selection.shown
+            self.method_menu.value = self.explanations.selection.method
+            self.method_menu.disabled = not shown
+            for w in (self.layer_slider, self.head_menu, self.self_menu, self.diff_toggle, self.direction_toggle,
+                      self.strip_menu, *self.token_buttons):  # the attention maps' own controls
+                w.disabled = shown
         finally:
             self._syncing = False
 
@@ -135,14 +155,15 @@ class Explorer(widgets.VBox):
             self.view.error = str(err)
 
     def _push(self) -> None:
-        state, buffers = self.state.payload()
+        explain = self.explanations.selection.shown  # the explanation view: its payload, the same image
+        state, buffers = self.explanations.payload() if explain else self.state.payload()
         with self.view.hold_sync():
             if self._sent_image != self.state.image_id:  # the pixels follow the state, whoever changed the image
                 shape, data = self.state.image_bytes()
                 self.view.image_shape, self.view.image, self.view.image_id = shape, data, self.state.image_id
                 self._sent_image = self.state.image_id
-            self.view.panels, self.view.outlines = buffers["panels"], buffers["outlines"]
-            self.view.strip, self.view.strip_max = buffers["strip"], buffers["strip_max"]
+            for key, data in buffers.items():  # panels, outlines, strip, strip_max (explanations: panels)
+                setattr(self.view, key, data)
             self.view.state = state
             self.view.error = ""
 
@@ -151,9 +172,12 @@ class Explorer(widgets.VBox):
         if not self._syncing:
             self._apply(**{key: value})
 
-    def _apply(self, **changes) -> None:
+    def _apply(self, explain: dict | None = None, **changes) -> None:
         try:
-            self.state.select(**changes)
+            if explain is not None:
+                self.explanations.select(**explain)
+            else:
+                self.state.select(**changes)
         except ExploreError as err:
             self._sync_controls()  # the control goes back to what the state holds
             self.view.error = str(err)
@@ -180,11 +204,15 @@ class Explorer(widgets.VBox):
         except (OSError, ValueError) as err:
             self.export_note.value = f"<span style='color:#a00'>export failed: {err}</span>"
             return
-        self.export_note.value = f"wrote {out['png']} (+ .npz, .py)"
+        self.export_note.value = f"wrote {out['png']}" + (" (+ .npz, .py)" if "data" in out else "")
 
     # ------------------------------------------------------------------ outputs
     def snapshot(self):
         """The current view as a matplotlib figure (:func:`workbench.explore.snapshot.draw`)."""
+        if self.explanations.selection.shown:
+            from workbench.explore.explanations import draw as draw_explanations
+
+            return draw_explanations(self.explanations.view())
         from workbench.explore.snapshot import draw
 
         return draw(self.state.view())
@@ -193,8 +221,15 @@ class Explorer(widgets.VBox):
         """Write the current view as ``path`` (PNG), its arrays (``.npz``) and ``.py`` code that redraws it.
 
         Returns:
-            ``{"png": ..., "data": ..., "code": ...}``.
+            ``{"png": ..., "data": ..., "code": ...}`` (the explanation view: ``{"png": ...}``, its figure).
         """
+        if self.explanations.selection.shown:
+            import matplotlib.pyplot as plt
+
+            fig, path = self.snapshot(), Path(path)
+            fig.savefig(path, dpi=150)
+            plt.close(fig)
+            return {"png": path}
         from workbench.explore.snapshot import export
 
         return export(self.state.view(), path, call=self.call, selection=self.state.selection)
@@ -214,7 +249,8 @@ def _call_text(teacher, students, images, stores, kwargs) -> str | None:
 
 def explore(teacher: Any = None, students: Mapping[str, Any] | None = None, images: str | None = None, *,
             stores: Mapping[str, Any] | None = None, checkpoints: Mapping[str, str] | None = None,
-            teacher_name: str = "teacher", device: str = "cpu", img_size: int | None = None) -> Explorer:
+            teacher_name: str = "teacher", device: str = "cpu", img_size: int | None = None,
+            explainers: list[str] | None = None, explain_stores: Mapping[str, Any] | None = None) -> Explorer:
     """Explore a teacher beside its students: click a patch, see that token's map in every layer and head.
 
     Args:
@@ -228,6 +264,10 @@ def explore(teacher: Any = None, students: Mapping[str, Any] | None = None, imag
         teacher_name: the teacher's label.
         device: ``cpu``, ``cuda`` or ``auto``.
         img_size: input resolution of timm-name models.
+        explainers: the explainers of the "explanations" view (default: every registered one,
+            :data:`workbench.explore.explanations.DEFAULT_METHODS`); each is computed when first shown.
+        explain_stores: label -> ``workbench explain`` store: that model's explanations read from it (matched to
+            the images by id; no torch for a model given as a store), not computed.
 
     Raises:
         ExploreError: bad input (no images, a store without the map the view needs, a student of another input
@@ -248,4 +288,9 @@ def explore(teacher: Any = None, students: Mapping[str, Any] | None = None, imag
     kwargs = {k: v for k, v in dict(checkpoints=checkpoints, img_size=img_size).items() if v}
     if teacher_name != "teacher":
         kwargs["teacher_name"] = teacher_name
-    return Explorer(state, call=_call_text(teacher, students, images, stores, kwargs))
+    if explainers is not None:
+        kwargs["explainers"] = list(explainers)
+    if explain_stores:
+        kwargs["explain_stores"] = dict(explain_stores)
+    return Explorer(state, call=_call_text(teacher, students, images, stores, kwargs), explainers=explainers,
+                    explain_stores=explain_stores)

@@ -141,7 +141,8 @@ function drawPanel(canvas, base, map, grid, vmin, vmax, outline, cell, pruned, o
     if (size >= 100) {
       ctx.fillStyle = "white";
       ctx.font = "bold 14px sans-serif";
-      ctx.fillText("pruned", size / 2 - 24, size / 2);
+      const text = opts.greyText ?? "pruned";
+      ctx.fillText(text, size / 2 - ctx.measureText(text).width / 2, size / 2);
     }
   }
 }
@@ -235,15 +236,87 @@ function agreementChart(state) {
   return box;
 }
 
+function floats(value) {
+  const b = bytesOf(value);
+  const out = new Float32Array(b.length >> 2);
+  const view = new DataView(b.buffer, b.byteOffset, b.byteLength);
+  for (let i = 0; i < out.length; i++) out[i] = view.getFloat32(4 * i, true);
+  return out;
+}
+
+// the explanation view (state.mode === "explain"): one explainer's map per model over the shown image, one colour
+// scale per explainer (Python's ExplanationState); a model the explainer does not apply to shows the reason
+function explanationView(root, state, base, buffer, pixelsOf) {
+  const title = el("div", "wbx-title");
+  title.appendChild(el("span", "wbx-query", `explainer: ${state.method}`));
+  title.appendChild(el("span", "", " · "));
+  title.appendChild(el("span", "wbx-image-id", state.image_id));
+  title.appendChild(el("span", "", ` · ${state.scale === "shared" ? "one colour scale for every model" : "a colour scale per panel"}`));
+  root.appendChild(title);
+  const readout = el("div", "wbx-readout", "hover a panel for its value");
+  const row = el("div", "wbx-row");
+  row.style.gridTemplateColumns = `repeat(${state.panels.length + 1}, minmax(110px, ${PANEL}px))`;
+  const ibox = el("div", "wbx-panel");
+  ibox.appendChild(el("div", "wbx-label", "image"));
+  ibox.appendChild(el("div", "wbx-sub wbx-note", pixelsOf));
+  const ic = document.createElement("canvas");
+  ic.width = PANEL;
+  ic.height = PANEL;
+  ic.className = "wbx-canvas wbx-image";
+  ic.dataset.imageId = pixelsOf;
+  ic.dataset.mapImageId = pixelsOf;
+  drawPanel(ic, base, null, [1, 1], 0, 1, null, null, false, { gridLines: false });
+  ibox.appendChild(ic);
+  row.appendChild(ibox);
+  const maps = floats(buffer);
+  let off = 0;
+  state.panels.forEach((p) => {
+    const n = p.grid[0] * p.grid[1];
+    let map = n ? maps.subarray(off, off + n) : null;
+    off += n;
+    const box = el("div", "wbx-panel");
+    box.appendChild(el("div", "wbx-label", p.label));
+    const wrong = p.image_id !== pixelsOf;
+    let sub = map ? state.method : `${state.method} does not apply (why: below)`;
+    if (wrong) {
+      sub = `maps of ${p.image_id} are not drawn over ${pixelsOf}`;
+      map = null;
+    }
+    box.appendChild(el("div", wrong || !map ? "wbx-sub wbx-note wbx-bad" : "wbx-sub wbx-note", sub));
+    const c = document.createElement("canvas");
+    c.width = PANEL;
+    c.height = PANEL;
+    c.className = "wbx-canvas wbx-explain";
+    c.dataset.model = p.label;
+    c.dataset.method = state.method;
+    c.dataset.imageId = pixelsOf;
+    c.dataset.mapImageId = p.image_id;
+    c.dataset.applies = map ? "1" : "0";
+    c.title = map ? `${p.label}: ${state.method}` : `${p.label}: ${p.note}`;
+    if (map) {
+      drawPanel(c, base, map, p.grid, p.vmin, p.vmax, null, null, false, { diverging: state.signed, gridLines: false, alpha: 0.8 });
+      hoverReadout(c, readout, p, map, { query_label: "" }, `cell of its ${p.grid[0]}×${p.grid[1]} map`);
+    } else {  // greyed, with the reason beside it: never a blank panel
+      drawPanel(c, base, null, [1, 1], 0, 1, null, null, true, { gridLines: false, greyText: "does not apply" });
+    }
+    box.appendChild(c);
+    if (map) box.appendChild(colourBar(p.vmin, p.vmax, p.units, state.signed));
+    else box.appendChild(el("div", "wbx-sub wbx-reason", p.note));
+    row.appendChild(box);
+  });
+  root.appendChild(row);
+  root.appendChild(readout);
+}
+
 // the value under the pointer of a panel canvas
-function hoverReadout(canvas, readout, p, map, state) {
+function hoverReadout(canvas, readout, p, map, state, what_ = null) {
   canvas.addEventListener("mousemove", (ev) => {
     const r = canvas.getBoundingClientRect();
     const [gh, gw] = p.grid;
     const y = Math.min(gh - 1, Math.floor(((ev.clientY - r.top) / r.height) * gh));
     const x = Math.min(gw - 1, Math.floor(((ev.clientX - r.left) / r.width) * gw));
     const v = map ? map[y * gw + x] : NaN;
-    const what = state.query_label.startsWith("key ") ? "query" : "key";
+    const what = what_ || (state.query_label.startsWith("key ") ? "query" : "key");
     readout.textContent = `${p.label} · ${what} (${y}, ${x}): ${fmt(v)} ${p.units || ""}`;
     readout.dataset.model = p.label;
     readout.dataset.value = Number.isNaN(v) ? "" : String(v);
@@ -274,6 +347,7 @@ function render({ model, el: root }) {
     const err = model.get("error");
     if (err) root.appendChild(el("div", "wbx-error", err));
     if (!state.panels) return;
+    if (state.mode === "explain") return explanationView(root, state, base, model.get("panels"), pixelsOf);
     const head = state.head === null ? "mean over heads" : `head ${state.head}`;
     const title = el("div", "wbx-title");
     title.appendChild(el("span", "wbx-query", state.query_label.startsWith("key ") ? state.query_label : `query: ${state.query_label}`));
