@@ -68,3 +68,17 @@ def test_seed_spread_widens_the_interval():
 def test_bad_shapes_are_refused(shapes):
     with pytest.raises(ValueError, match="seed-level correctness"):
         seed_diff_interval(np.zeros(shapes[0]), np.zeros(shapes[1]))
+
+
+def test_latency_ratio_interval_is_statsmodels_t_interval_on_log_ratios():
+    """far.table2's latency interval: a t interval over the runs of the per-run log ratio (statsmodels' own)."""
+    from statsmodels.stats.weightstats import DescrStatsW
+
+    from workbench.figures.far.findings import latency_ratio_interval
+
+    ratios = [0.91, 0.95, 0.88, 0.97]
+    g, lo, hi, n = latency_ratio_interval(",".join(map(str, ratios)))
+    want = DescrStatsW(np.log(ratios)).tconfint_mean(0.05)
+    assert n == 4 and np.allclose([lo, hi], np.exp(want), rtol=1e-12)
+    assert np.isclose(g, np.exp(np.mean(np.log(ratios))), rtol=1e-12)
+    assert np.isnan(latency_ratio_interval("0.9")[1]) and latency_ratio_interval("")[3] == 0

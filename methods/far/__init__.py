@@ -61,7 +61,7 @@ from .hoyer import (
     shrink,
     unit_group_norms,
 )
-from .latency import onnx_latency_ms, torch_latencies_ms, torch_latency_ms, uniform_keep_masks
+from .latency import onnx_latency_ms, torch_latencies_ms, torch_latency_ms, torch_latency_runs_ms, uniform_keep_masks
 from .losses import SCHEDULES, FARLoss, similarity_loss
 from .lstm import DIRECTIONS, MultiHeadBiLSTM
 from .paper import PAPER_TABLE1_IMAGENET, PAPER_TABLE3, PAPER_UNIFORM_KEEP
@@ -79,7 +79,8 @@ from .replace import (
 
 __all__ = [
     "CONVENTIONS", "DIRECTIONS", "FAR_VARIANTS", "PAPER_TABLE1_IMAGENET", "PAPER_TABLE2", "PAPER_TABLE3",
-    "PAPER_UNIFORM_KEEP", "SCHEDULES", "onnx_latency_ms", "torch_latencies_ms", "torch_latency_ms", "uniform_keep_masks",
+    "PAPER_UNIFORM_KEEP", "SCHEDULES", "onnx_latency_ms", "torch_latencies_ms", "torch_latency_ms", "torch_latency_runs_ms",
+    "uniform_keep_masks",
     "FARConfig", "FARLoss", "FARVariant", "Grouping", "MultiHeadBiLSTM",
     "Schedule", "SimInput", "Table2Row",
     "apply_masks", "far_config", "far_vit", "attention_macs", "bilstm_head_adjoint", "block_outputs", "capture_block_outputs", "check_vit", "count_flops",

@@ -63,10 +63,11 @@ def torch_latency_ms(model: nn.Module, img_size: int, *, repeats: int = 3, warmu
 
 
 @torch.no_grad()
-def torch_latencies_ms(models: dict[str, nn.Module], img_size: int, *, repeats: int = 3, warmup: int = 1,
-                       threads: int = 1) -> dict[str, float]:
-    """:func:`torch_latency_ms` of several models timed round-robin (one forward of each in turn per run), so that
-    a change of load during the measurement hits every model alike and their ratios stay meaningful."""
+def torch_latency_runs_ms(models: dict[str, nn.Module], img_size: int, *, repeats: int = 3, warmup: int = 1,
+                          threads: int = 1) -> dict[str, list[float]]:
+    """Wall times (ms) of ``repeats`` single-image forward passes of several models timed round-robin (one forward of
+    each in turn per run, after ``warmup`` such runs), so that a change of load hits every model of a run alike: the
+    per-run ratios of two models are paired measurements (an interval over runs, not one median against another)."""
     for m in models.values():
         m.eval()
     inputs = {k: _input(m, img_size) for k, m in models.items()}
@@ -78,7 +79,14 @@ def torch_latencies_ms(models: dict[str, nn.Module], img_size: int, *, repeats: 
                 m(inputs[k])
                 if r >= warmup:
                     times[k].append(1e3 * (time.perf_counter() - start))
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
+
+
+def torch_latencies_ms(models: dict[str, nn.Module], img_size: int, *, repeats: int = 3, warmup: int = 1,
+                       threads: int = 1) -> dict[str, float]:
+    """The median of each model's :func:`torch_latency_runs_ms`."""
+    runs = torch_latency_runs_ms(models, img_size, repeats=repeats, warmup=warmup, threads=threads)
+    return {k: statistics.median(v) for k, v in runs.items()}
 
 
 def export_onnx(model: nn.Module, img_size: int, path: str | Path, opset: int = 17) -> Path:

@@ -10,6 +10,7 @@ stores the rows as figure data; nothing here reads or writes a store.
 
 from __future__ import annotations
 
+import statistics
 from typing import Callable, Iterable
 
 import torch.nn as nn
@@ -41,8 +42,8 @@ def _measure_all(variants, sizes, repeats, warmup, demo_models, log) -> list[dic
         count_flops,
         replace_attention,
         shrink,
-        torch_latencies_ms,
         torch_latency_ms,
+        torch_latency_runs_ms,
         uniform_keep_masks,
     )
 
@@ -60,13 +61,15 @@ def _measure_all(variants, sizes, repeats, warmup, demo_models, log) -> list[dic
                 log(f"  table2: counting {kind} {v} at {size}px")
                 counts[kind] = count_flops(model, size)["total"]
             log(f"  table2: timing DeiT, FAR, FAR† {v} at {size}px ({repeats} round-robin runs)")
-            ms = torch_latencies_ms(family, size, repeats=repeats, warmup=warmup)
+            runs = torch_latency_runs_ms(family, size, repeats=repeats, warmup=warmup)  # kind -> per-run ms
             for kind in family:
                 name = f"{kind.rstrip('†')}-{v.capitalize()}{'†' if kind.endswith('†') else ''}"
                 c = counts[kind]
                 paper = PAPER_TABLE2[name]
                 rows.append({"model": name, "size": size, "params_m": c["params"] / 1e6, "gmacs": c["macs"] / 1e9,
-                             "ms": ms[kind],
+                             "ms": statistics.median(runs[kind]),
+                             # this model's time / DeiT's in each round-robin run: paired, an interval over runs
+                             "ratio_runs": ",".join(f"{a / d:.5f}" for a, d in zip(runs[kind], runs["DeiT"])),
                              "paper_params_m": paper.params_m, "paper_gflops": paper.gflops_224 if size == 224 else paper.gflops_384,
                              "paper_ms": paper.cpu_ms_224 if size == 224 else paper.cpu_ms_384,
                              "keep": keep if kind == "FAR†" else None, "family": f"{v}-{size}"})
@@ -75,5 +78,6 @@ def _measure_all(variants, sizes, repeats, warmup, demo_models, log) -> list[dic
         c = count_flops(model, size)["total"]
         rows.append({"model": name, "size": size, "params_m": c["params"] / 1e6, "gmacs": c["macs"] / 1e9,
                      "ms": torch_latency_ms(model, size, repeats=max(repeats, 5) * 2, warmup=max(1, warmup)),
-                     "paper_params_m": None, "paper_gflops": None, "paper_ms": None, "keep": None, "family": "demo"})
+                     "paper_params_m": None, "paper_gflops": None, "paper_ms": None, "keep": None, "family": "demo",
+                     "ratio_runs": ""})
     return rows
