@@ -223,8 +223,10 @@ def _init_worker(records, threads: int) -> None:
     logger.setLevel(logging.INFO)
     logger.propagate = False
     import torch
+    from threadpoolctl import threadpool_limits  # scikit-learn's dependency
 
     torch.set_num_threads(threads)
+    threadpool_limits(threads)  # NumPy/SciPy's BLAS and OpenMP too: two workers on two cores, not four spinning pools
 
 
 def _run_step(step_id: str, module: str, profile: str, device: str, force: bool, data: str | None = None,
