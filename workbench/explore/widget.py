@@ -43,6 +43,9 @@ class ExploreView(anywidget.AnyWidget):
     click = traitlets.List().tag(sync=True)  # [fy, fx, serial] from the browser
     pick = traitlets.List().tag(sync=True)  # [layer, head, serial] from a clicked thumbnail (strip model's layer)
     error = traitlets.Unicode("").tag(sync=True)  # a message shown in the view (bad input, no traceback)
+    latents = traitlets.Dict().tag(sync=True)  # the latent view's JSON part (workbench.explore.latents), {} = none
+    latent_maps = traitlets.Bytes().tag(sync=True)  # float16 maps of the picked latent (code, teacher, student)
+    latent_pick = traitlets.List().tag(sync=True)  # [latent, serial] from a clicked row of the latent list
 
 
 #: the colour-range choices for the query's own token (ExploreState's ``exclude_query``)
@@ -56,8 +59,9 @@ class Explorer(widgets.VBox):
     the state, whose observer sets every control and sends the view (with the image when it changed).
     """
 
-    def __init__(self, state: ExploreState, call: str | None = None):
+    def __init__(self, state: ExploreState, call: str | None = None, latents=None):
         self.state = state
+        self.latents = latents  # a workbench.explore.latents.LatentView, or None
         self.call = call  # the explore(...) call that rebuilds this explorer, when it has one
         ref = state.sources[state.reference]
         n_img, n_layers = len(state.images.ids), len(ref.layer_labels)
@@ -95,6 +99,7 @@ class Explorer(widgets.VBox):
             w.observe(lambda c, k=key, m=value: self._from_control(k, c["new"] if m is None else m[c["new"]]), "value")
         self.view.observe(self._on_click, "click")
         self.view.observe(self._on_pick, "pick")
+        self.view.observe(self._on_latent_pick, "latent_pick")
         wrap = widgets.Layout(flex_flow="row wrap")  # narrow outputs put controls on more rows, never cut them
         controls = widgets.VBox([widgets.HBox([self.image_slider, self.layer_slider, self.head_menu], layout=wrap),
                                  widgets.HBox([self.scale_toggle, self.self_menu, self.diff_toggle], layout=wrap),
@@ -144,6 +149,9 @@ class Explorer(widgets.VBox):
             self.view.panels, self.view.outlines = buffers["panels"], buffers["outlines"]
             self.view.strip, self.view.strip_max = buffers["strip"], buffers["strip_max"]
             self.view.state = state
+            if self.latents is not None:  # the latent view follows the same selection (image, clicked token)
+                sel = self.state.selection
+                self.view.latents, self.view.latent_maps = self.latents.payload(sel.image, sel.query)
             self.view.error = ""
 
     # ------------------------------------------------------------------ controls and clicks -> state
@@ -173,6 +181,17 @@ class Explorer(widgets.VBox):
         if not value or len(value) < 2:
             return
         self._apply(layer=self.state.reference_layer(self.state.selection.strip, int(value[0])), head=int(value[1]))
+
+    def _on_latent_pick(self, change: dict) -> None:
+        """A clicked row of the latent list: show that latent's maps."""
+        value = change["new"]
+        if not value or self.latents is None:
+            return
+        try:
+            self.latents.pick(int(value[0]))
+            self._push()
+        except ExploreError as err:
+            self.view.error = str(err)
 
     def _export_clicked(self) -> None:
         try:
@@ -214,7 +233,8 @@ def _call_text(teacher, students, images, stores, kwargs) -> str | None:
 
 def explore(teacher: Any = None, students: Mapping[str, Any] | None = None, images: str | None = None, *,
             stores: Mapping[str, Any] | None = None, checkpoints: Mapping[str, str] | None = None,
-            teacher_name: str = "teacher", device: str = "cpu", img_size: int | None = None) -> Explorer:
+            teacher_name: str = "teacher", device: str = "cpu", img_size: int | None = None,
+            latents: Mapping[str, str] | None = None) -> Explorer:
     """Explore a teacher beside its students: click a patch, see that token's map in every layer and head.
 
     Args:
@@ -228,6 +248,9 @@ def explore(teacher: Any = None, students: Mapping[str, Any] | None = None, imag
         teacher_name: the teacher's label.
         device: ``cpu``, ``cuda`` or ``auto``.
         img_size: input resolution of timm-name models.
+        latents: ``{student label: diff store}`` of one ``workbench features`` crosscoder of the teacher and that
+            student (its checkpoint beside the store): a click also lists the token's active latents, and a picked
+            latent shows its activation over the image (:mod:`workbench.explore.latents`). Live models only.
 
     Raises:
         ExploreError: bad input (no images, a store without the map the view needs, a student of another input
@@ -245,7 +268,24 @@ def explore(teacher: Any = None, students: Mapping[str, Any] | None = None, imag
     """
     state = build_state(teacher, students, images, stores=stores, checkpoints=checkpoints, teacher_name=teacher_name,
                         device=device, img_size=img_size)
-    kwargs = {k: v for k, v in dict(checkpoints=checkpoints, img_size=img_size).items() if v}
+    kwargs = {k: v for k, v in dict(checkpoints=checkpoints, img_size=img_size, latents=latents).items() if v}
     if teacher_name != "teacher":
         kwargs["teacher_name"] = teacher_name
-    return Explorer(state, call=_call_text(teacher, students, images, stores, kwargs))
+    view = _latent_view(state, teacher_name, latents) if latents else None
+    return Explorer(state, call=_call_text(teacher, students, images, stores, kwargs), latents=view)
+
+
+def _latent_view(state: ExploreState, teacher_name: str, latents: Mapping[str, str]):
+    """The :class:`~workbench.explore.latents.LatentView` of ``{student label: store}`` on the state's live models."""
+    from workbench.explore.latents import LatentView
+
+    if len(latents) != 1:
+        raise ExploreError(f"latents= takes one {{student label: store}}, got {len(latents)}: explore one pair's "
+                           "crosscoder at a time")
+    (label, path), = latents.items()
+    live = {k: s for k, s in state.sources.items() if hasattr(s, "model")}
+    if teacher_name not in live or label not in live:
+        raise ExploreError(f"latents for {label!r}: the latent view needs the live teacher and student (models, not "
+                           f"stores); live models here: {list(live) or 'none'}")
+    models = {teacher_name: live[teacher_name].model, label: live[label].model}
+    return LatentView.from_store(path, models, live[teacher_name].images, state.images.ids)
