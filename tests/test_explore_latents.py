@@ -38,13 +38,13 @@ def _hook(model, x):
     return cache[HOOK]  # (B, 1 + 49, D)
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory, pair, batch):
-    """An untrained crosscoder (random dictionary, its scale and threshold set on the images) and its diff store."""
+def write_latent_store(path, teacher, student, x):
+    """An untrained crosscoder over ``HOOK`` of the two models (random dictionary; its scale and threshold set on the
+    images ``x``), its diff store at ``path`` and the checkpoint beside it; returns ``(crosscoder, diff)``."""
     from workbench.features import Crosscoder, crosscoder_diff
     from workbench.features.crosscoder import save_crosscoder
 
-    rows = [_hook(m, batch.tensor).flatten(0, 1) for m in pair]  # (B·T, D) per model
+    rows = [_hook(m, x).flatten(0, 1) for m in (teacher, student)]  # (B·T, D) per model
     cc = Crosscoder((rows[0].shape[1], rows[1].shape[1]), 48, 6, generator=torch.Generator().manual_seed(0))
     cc.fit_scale(rows)
     with torch.no_grad():
@@ -52,11 +52,16 @@ def store(tmp_path_factory, pair, batch):
         cc.train()
         cc.encode(rows)  # sets the inference threshold (6 latents per token on these images)
     cc.eval()
-    path = tmp_path_factory.mktemp("latents") / "f.nc"
     ds = crosscoder_diff(cc, [rows]).assign_attrs(hooks=json.dumps({"teacher": HOOK, "student": HOOK}))
     ds.to_netcdf(path)
     save_crosscoder(cc, path.with_suffix(".crosscoder.safetensors"))
-    return path, cc, ds
+    return cc, ds
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, pair, batch):
+    path = tmp_path_factory.mktemp("latents") / "f.nc"
+    return (path, *write_latent_store(path, *pair, batch.tensor))
 
 
 def _by_hand(cc, pair, x):

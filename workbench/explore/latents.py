@@ -41,7 +41,7 @@ from workbench.features.pairs import token_rows
 
 __all__ = ["LatentView", "UNITS", "one_sided_codes"]
 
-UNITS = "crosscoder code (inputs at unit token variance)"
+UNITS = "code (inputs at unit variance)"
 
 
 def one_sided_codes(cc: Crosscoder, rows: Sequence[torch.Tensor]) -> torch.Tensor:
