@@ -5,8 +5,12 @@ Which places: a model's blocks are its ``*.hook_resid_post`` hook points (or ``s
 declares (``compare``'s ``correspondence``), paired with the last block of the group; without one, blocks pair by name.
 
 Tokens: a ``(B, T, D)`` token sequence gives ``B·T`` rows, a ``(B, H, W, C)`` map (Swin) ``B·H·W`` rows, a
-``(B, C, H, W)`` stage map (CNN) ``B·H·W`` rows (positions as tokens). The two models' rows must describe the same
-tokens: equal counts, else a clear error (the common grid of unequal maps is not implemented yet).
+``(B, C, H, W)`` stage map (CNN) ``B·H·W`` rows (positions as tokens). Swin's window tokens need no reordering: timm
+reverses the window partition and the shift inside each block, so a block's output is in image order (row-major
+positions) in a Swin and its SlimSwin alike, as a CNN's and its AttentionLite student's stage maps of equal
+resolution are (``tests/test_features_pairs.py`` checks that a change of one patch of pixels moves the row at that
+position most, in both models). The two models' rows must describe the same tokens: equal counts, else a clear error
+(the common grid of unequal maps is not implemented yet).
 
 Images stream in batches of a seeded order, so memory stays bounded by one batch of both models' activations.
 """
