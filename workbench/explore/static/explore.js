@@ -273,7 +273,9 @@ function latentView(model, base, pixelsOf, onPick) {
     tr.addEventListener("click", () => onPick(a.id));
     table.appendChild(tr);
   });
-  box.appendChild(table);
+  const list = el("div", "wbx-latent-list");  // scrolls: a token may have dozens of active latents
+  list.appendChild(table);
+  box.appendChild(list);
   if (lat.picked === null || lat.picked === undefined || !lat.panels) return box;
   box.appendChild(el("div", "wbx-label", `latent ${lat.picked} (${LATENT_CLASS[lat.picked_cls] || lat.picked_cls}, relative decoder norm ${fmt(lat.picked_relative)}) over the image`));
   const row = el("div", "wbx-row");
