@@ -118,8 +118,10 @@ def add_features_flags(p: argparse.ArgumentParser) -> None:
     default = CrosscoderConfig()
     for f in fields(CrosscoderConfig):
         if f.name in ("width", "k", "epochs", "batch_images", "lr", "seed", "shared"):
+            what = "designated shared latents: decoder tied across the models, no norm penalty" \
+                if f.name == "shared" else f"crosscoder {f.name}"
             p.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(default, f.name)), default=None,
-                           help=f"crosscoder {f.name} (default {getattr(default, f.name)})")
+                           help=f"{what} (default {getattr(default, f.name)})")
     p.add_argument("--out", required=True, help="diff store (.nc); the crosscoder checkpoint goes beside it")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to compute (default: auto)")
 
@@ -131,9 +133,10 @@ def cmd_features(args) -> int:
                     images=args.images, held_out=args.held_out, device=args.device, **opts)
     ds = xr.open_dataset(path)
     fve = ", ".join(f"{m} {float(v):.3f}" for m, v in zip(ds.model.values, ds.fve.values))
+    designated = f", designated shared {int(ds.n_designated)}" if "n_designated" in ds else ""
     print(f"{ds.attrs['hooks']}: FVE {fve}; L0 {float(ds.l0):.1f}; dead {int(ds.n_dead)} of {ds.sizes['latent']}; "
           f"shared {int(ds.n_shared)}, teacher-only {int(ds.n_teacher_only)}, student-only {int(ds.n_student_only)}, "
-          f"partial {int(ds.n_partial)}; Latent Scaling: {int(ds.n_confirmed)} confirmed, "
+          f"partial {int(ds.n_partial)}{designated}; Latent Scaling: {int(ds.n_confirmed)} confirmed, "
           f"{int(ds.n_in_other)} present in the other model")
     ds.close()
     print(f"wrote {path}")
