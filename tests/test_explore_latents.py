@@ -126,3 +126,44 @@ def test_latent_view_bad_inputs(store, pair, tmp_path):
         from workbench.models import create_model
 
         explore(pair[0], {"S": create_model("vit_demo", embed_dim=32).eval()}, SPEC, latents={"S": str(path)})
+
+
+@pytest.mark.parametrize("kind", ["swin", "cnn"])
+def test_maps_of_position_tokens(kind):
+    """Swin block outputs (B, H, W, C) and CNN stage maps (B, C, H, W): the clicked cell's latents and the picked
+    latent's map are the crosscoder's codes of those positions (encoded here over both images at once, row-major)."""
+    import timm
+
+    import methods.slimswin as ss
+    from methods.hooks import run_with_cache
+    from workbench.explore.latents import LatentView
+    from workbench.features import Crosscoder
+    from workbench.features.pairs import token_rows
+    from workbench.models import create_model
+
+    torch.manual_seed(0)
+    if kind == "swin":
+        models, hook, size = (create_model("swin_demo").eval(), ss.add_gates(create_model("swin_demo")).eval()), \
+            "layers.1.blocks.1.hook_resid_post", 32
+    else:
+        models, hook, size = (timm.create_model("cnn_demo").eval(), timm.create_model("sa_resnet_demo").eval()), \
+            "stages.1.hook_out", 28
+    x = torch.randn(2, 1, size, size, generator=torch.Generator().manual_seed(1))
+    rows = [token_rows(run_with_cache(m, x, names=[hook])[1][hook], hook) for m in models]  # (2·H·W, d_m)
+    cc = Crosscoder(tuple(r.shape[1] for r in rows), 32, 4, generator=torch.Generator().manual_seed(0))
+    cc.fit_scale(rows)
+    with torch.no_grad():
+        cc.train()
+        cc.encode(rows)
+        code = cc.eval().encode(rows)[0].numpy()  # (2·H·W, 32)
+    view = LatentView(cc, dict(zip(("teacher", "student"), models)), {"teacher": hook, "student": hook}, x,
+                      ["a", "b"], ["shared"] * 32, [0.5] * 32)
+    state, buf = view.payload(1, ("patch", 0.1, 0.8))
+    gh, gw = state["grid"]
+    assert (gh, gw) == ((8, 8) if kind == "swin" else (14, 14)) and state["cell"] == [int(0.1 * gh), int(0.8 * gw)]
+    mine = code[gh * gw:]  # image 1's positions, row-major
+    t = state["cell"][0] * gw + state["cell"][1]
+    assert sorted(a["id"] for a in state["active"]) == np.flatnonzero(mine[t] > 0).tolist()
+    j = state["picked"]
+    got = np.frombuffer(buf, np.float16).astype(np.float64)[:gh * gw].reshape(gh, gw)
+    np.testing.assert_allclose(got, mine[:, j].reshape(gh, gw), rtol=2e-3, atol=2e-3 * mine[:, j].max())
