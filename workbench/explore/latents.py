@@ -33,11 +33,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from methods.hooks import run_with_cache
 from workbench.explore.rows import ExploreError, Query
 from workbench.features.crosscoder import Crosscoder, load_crosscoder
 from workbench.features.meaning import token_layout
-from workbench.features.pairs import token_rows
+from workbench.features.pairs import hook_value, token_rows
 
 __all__ = ["LatentView", "UNITS", "one_sided_codes"]
 
@@ -121,8 +120,7 @@ class LatentView:
         x = self.images[image:image + 1]
         rows, shape = [], None
         for label, model in self.models.items():
-            _, cache = run_with_cache(model, x, names=[self.hooks[label]], stop_early=True)
-            value = cache[self.hooks[label]]
+            value = hook_value(model, self.hooks[label], x)
             shape = tuple(value.shape) if shape is None else shape
             rows.append(token_rows(value, self.hooks[label]).float().to(self.cc.b_enc.device))
         widths = tuple(r.shape[1] for r in rows)

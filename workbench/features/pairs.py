@@ -26,7 +26,7 @@ from einops import rearrange
 from methods.hooks import run_with_cache
 from workbench.analysis.teacher_vs_students import block_pairs, representation_names
 
-__all__ = ["ImageSource", "paired_hooks", "token_rows", "image_batches", "paired_tokens"]
+__all__ = ["ImageSource", "paired_hooks", "token_rows", "hook_value", "image_batches", "paired_tokens"]
 
 #: images: a ``(N, C, H, W)`` tensor, or any indexable whose items are an image tensor or ``(image, label, ...)``
 ImageSource = torch.Tensor | Sequence
@@ -62,6 +62,13 @@ def token_rows(value: torch.Tensor, name: str) -> torch.Tensor:
     if value.ndim == 4:  # Swin: channels last
         return rearrange(value, "b h w c -> (b h w) c")
     raise ValueError(f"{name}: a value of shape {tuple(value.shape)} is neither tokens nor a feature map")
+
+
+@torch.no_grad()
+def hook_value(model: nn.Module, name: str, images: torch.Tensor) -> torch.Tensor:
+    """``model``'s value at hook point ``name`` on ``images`` (the forward stops there)."""
+    _, cache = run_with_cache(model, images, names=[name], stop_early=True)
+    return cache[name]
 
 
 def _image(item) -> torch.Tensor:
