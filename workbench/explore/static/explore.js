@@ -276,6 +276,8 @@ function latentView(model, base, pixelsOf, onPick) {
   const list = el("div", "wbx-latent-list");  // scrolls: a token may have dozens of active latents
   list.appendChild(table);
   box.appendChild(list);
+  const current = table.querySelector("tr.wbx-picked");  // keep the picked row in the list's view
+  if (current) requestAnimationFrame(() => { list.scrollTop = Math.max(0, current.offsetTop - list.clientHeight / 2); });
   if (lat.picked === null || lat.picked === undefined || !lat.panels) return box;
   box.appendChild(el("div", "wbx-label", `latent ${lat.picked} (${LATENT_CLASS[lat.picked_cls] || lat.picked_cls}, relative decoder norm ${fmt(lat.picked_relative)}) over the image`));
   const row = el("div", "wbx-row");
