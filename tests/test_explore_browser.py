@@ -320,3 +320,61 @@ def test_slimswin_window_with_every_head_pruned_is_greyed(lab, tmp_path):
     per_layer = {l: sorted(h for ll, h, _ in thumbs if ll == l) for l in range(6)}
     assert per_layer == {l: list(range(n)) for l, n in enumerate([3, 3, 6, 6, 12, 12])}  # no thumbnails of absent heads
     assert all(p == "1" for l, _, p in thumbs if l == 2)
+
+
+LATENT_CELLS = CELLS[:1] + [
+    "from test_explore_latents import write_latent_store\n"
+    "from workbench.data import load_images\n"
+    "from pathlib import Path\n"
+    "write_latent_store(Path('f.nc'), teacher, students['FAR'], load_images('demo:val[::400]', input_size=(1, 28, 28)).tensor)\n"
+    "w = explore(teacher, {'FAR': students['FAR']}, images='demo:val[::400]', latents={'FAR': 'f.nc'})\n"
+    "w.state.select(query=(2, 3))\n"
+    "w",
+]
+
+# the latent view as shown: the listed latents and, per map canvas, its panel, latent and image id
+LATENTS_SHOWN = """() => ({
+  rows: Array.from(document.querySelectorAll('tr.wbx-latent-row')).map(r => [Number(r.dataset.latent),
+        Array.from(r.cells).map(c => c.innerText)]),
+  picked: Array.from(document.querySelectorAll('tr.wbx-picked')).map(r => Number(r.dataset.latent)),
+  maps: Array.from(document.querySelectorAll('canvas.wbx-latent-map')).map(c => [c.dataset.panel, Number(c.dataset.latent), c.dataset.mapImageId]),
+  image: document.querySelector('canvas.wbx-image').dataset.imageId })"""
+
+
+def test_latent_view_lists_a_tokens_latents_and_shows_a_picked_one(lab, tmp_path):
+    """The latent view of a (random-dictionary) crosscoder: the clicked token's latents listed with their class, the
+    most active one's maps drawn over the same image; a row click shows another latent."""
+    from playwright.sync_api import sync_playwright
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    url, token = lab
+    shots = _shots(tmp_path)
+    cells = [c.replace("from test_explore_latents", "import sys; sys.path.insert(0, %r)\nfrom test_explore_latents"
+                       % str(ROOT / "tests")) for c in LATENT_CELLS]
+    _notebook(tmp_path / "latents.ipynb", cells)
+    with sync_playwright() as pw:
+        browser, page, _ = _open(pw, url, token, "latents.ipynb", cells, shots, width=1100)
+        try:
+            page.wait_for_selector("canvas.wbx-latent-map", timeout=120_000)
+            page.wait_for_function("() => document.querySelector('.wbx-query').innerText === 'query: patch (2, 3)'",
+                                   timeout=60_000)
+            first = page.evaluate(LATENTS_SHOWN)
+            other = first["rows"][-1][0]
+            page.locator(f"tr.wbx-latent-row[data-latent='{other}']").click()
+            page.wait_for_function(f"() => document.querySelector('tr.wbx-picked') && "
+                                   f"document.querySelector('tr.wbx-picked').dataset.latent === '{other}'", timeout=60_000)
+            picked = page.evaluate(LATENTS_SHOWN)
+            page.locator(".jp-OutputArea-output:has(.wbx)").first.screenshot(path=str(shots / "latents.png"))
+        finally:
+            browser.close()
+    assert len(first["rows"]) >= 2, first
+    assert first["picked"] == [first["rows"][0][0]]  # the most active latent is shown first
+    classes = {"shared", "teacher-only", "student-only", "partial"}
+    assert all(cells[1] in classes for _, cells in first["rows"]), first["rows"]
+    acts = [float(cells[2]) for _, cells in first["rows"]]
+    assert acts == sorted(acts, reverse=True) and acts[-1] > 0
+    for shown, latent in ((first, first["rows"][0][0]), (picked, other)):
+        assert [m[0] for m in shown["maps"]] == ["code", "teacher", "FAR"]
+        assert all(m[1] == latent and m[2] == shown["image"] for m in shown["maps"]), shown
+    assert picked["picked"] == [other]
+    assert (shots / "latents.png").stat().st_size > 10_000

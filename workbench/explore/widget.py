@@ -43,6 +43,9 @@ class ExploreView(anywidget.AnyWidget):
     click = traitlets.List().tag(sync=True)  # [fy, fx, serial] from the browser
     pick = traitlets.List().tag(sync=True)  # [layer, head, serial] from a clicked thumbnail (strip model's layer)
     error = traitlets.Unicode("").tag(sync=True)  # a message shown in the view (bad input, no traceback)
+    latents = traitlets.Dict().tag(sync=True)  # the latent view's JSON part (workbench.explore.latents), {} = none
+    latent_maps = traitlets.Bytes().tag(sync=True)  # float16 maps of the picked latent (code, teacher, student)
+    latent_pick = traitlets.List().tag(sync=True)  # [latent, serial] from a clicked row of the latent list
 
 
 #: the colour-range choices for the query's own token (ExploreState's ``exclude_query``)
@@ -59,10 +62,11 @@ class Explorer(widgets.VBox):
     """
 
     def __init__(self, state: ExploreState, call: str | None = None, explainers: list[str] | None = None,
-                 explain_stores: Mapping[str, Any] | None = None):
+                 explain_stores: Mapping[str, Any] | None = None, latents=None):
         from workbench.explore.explanations import follow_explorer
 
         self.state = state
+        self.latents = latents  # a workbench.explore.latents.LatentView, or None
         self.call = call  # the explore(...) call that rebuilds this explorer, when it has one
         self.explanations = follow_explorer(state, explainers, explain_stores)  # the "explanations" view: same image
         ref = state.sources[state.reference]
@@ -107,6 +111,7 @@ class Explorer(widgets.VBox):
         self.method_menu.observe(lambda c: self._from_control("explain", dict(method=c["new"])), "value")
         self.view.observe(self._on_click, "click")
         self.view.observe(self._on_pick, "pick")
+        self.view.observe(self._on_latent_pick, "latent_pick")
         wrap = widgets.Layout(flex_flow="row wrap")  # narrow outputs put controls on more rows, never cut them
         controls = widgets.VBox([widgets.HBox([self.mode_menu, self.method_menu], layout=wrap),
                                  widgets.HBox([self.image_slider, self.layer_slider, self.head_menu], layout=wrap),
@@ -165,6 +170,9 @@ class Explorer(widgets.VBox):
             for key, data in buffers.items():  # panels, outlines, strip, strip_max (explanations: panels)
                 setattr(self.view, key, data)
             self.view.state = state
+            if self.latents is not None:  # the latent view follows the same selection (image, clicked token)
+                sel = self.state.selection
+                self.view.latents, self.view.latent_maps = self.latents.payload(sel.image, sel.query)
             self.view.error = ""
 
     # ------------------------------------------------------------------ controls and clicks -> state
@@ -197,6 +205,17 @@ class Explorer(widgets.VBox):
         if not value or len(value) < 2:
             return
         self._apply(layer=self.state.reference_layer(self.state.selection.strip, int(value[0])), head=int(value[1]))
+
+    def _on_latent_pick(self, change: dict) -> None:
+        """A clicked row of the latent list: show that latent's maps."""
+        value = change["new"]
+        if not value or self.latents is None:
+            return
+        try:
+            self.latents.pick(int(value[0]))
+            self._push()
+        except ExploreError as err:
+            self.view.error = str(err)
 
     def _export_clicked(self) -> None:
         try:
@@ -250,7 +269,8 @@ def _call_text(teacher, students, images, stores, kwargs) -> str | None:
 def explore(teacher: Any = None, students: Mapping[str, Any] | None = None, images: str | None = None, *,
             stores: Mapping[str, Any] | None = None, checkpoints: Mapping[str, str] | None = None,
             teacher_name: str = "teacher", device: str = "cpu", img_size: int | None = None,
-            explainers: list[str] | None = None, explain_stores: Mapping[str, Any] | None = None) -> Explorer:
+            explainers: list[str] | None = None, explain_stores: Mapping[str, Any] | None = None,
+            latents: Mapping[str, str] | None = None) -> Explorer:
     """Explore a teacher beside its students: click a patch, see that token's map in every layer and head.
 
     Args:
@@ -268,6 +288,9 @@ def explore(teacher: Any = None, students: Mapping[str, Any] | None = None, imag
             :data:`workbench.explore.explanations.DEFAULT_METHODS`); each is computed when first shown.
         explain_stores: label -> ``workbench explain`` store: that model's explanations read from it (matched to
             the images by id; no torch for a model given as a store), not computed.
+        latents: ``{student label: diff store}`` of one ``workbench features`` crosscoder of the teacher and that
+            student (its checkpoint beside the store): a click also lists the token's active latents, and a picked
+            latent shows its activation over the image (:mod:`workbench.explore.latents`). Live models only.
 
     Raises:
         ExploreError: bad input (no images, a store without the map the view needs, a student of another input
@@ -285,12 +308,29 @@ def explore(teacher: Any = None, students: Mapping[str, Any] | None = None, imag
     """
     state = build_state(teacher, students, images, stores=stores, checkpoints=checkpoints, teacher_name=teacher_name,
                         device=device, img_size=img_size)
-    kwargs = {k: v for k, v in dict(checkpoints=checkpoints, img_size=img_size).items() if v}
+    kwargs = {k: v for k, v in dict(checkpoints=checkpoints, img_size=img_size, latents=latents).items() if v}
     if teacher_name != "teacher":
         kwargs["teacher_name"] = teacher_name
     if explainers is not None:
         kwargs["explainers"] = list(explainers)
     if explain_stores:
         kwargs["explain_stores"] = dict(explain_stores)
+    view = _latent_view(state, teacher_name, latents) if latents else None
     return Explorer(state, call=_call_text(teacher, students, images, stores, kwargs), explainers=explainers,
-                    explain_stores=explain_stores)
+                    explain_stores=explain_stores, latents=view)
+
+
+def _latent_view(state: ExploreState, teacher_name: str, latents: Mapping[str, str]):
+    """The :class:`~workbench.explore.latents.LatentView` of ``{student label: store}`` on the state's live models."""
+    from workbench.explore.latents import LatentView
+
+    if len(latents) != 1:
+        raise ExploreError(f"latents= takes one {{student label: store}}, got {len(latents)}: explore one pair's "
+                           "crosscoder at a time")
+    (label, path), = latents.items()
+    live = {k: s for k, s in state.sources.items() if hasattr(s, "model")}
+    if teacher_name not in live or label not in live:
+        raise ExploreError(f"latents for {label!r}: the latent view needs the live teacher and student (models, not "
+                           f"stores); live models here: {list(live) or 'none'}")
+    models = {teacher_name: live[teacher_name].model, label: live[label].model}
+    return LatentView.from_store(path, models, live[teacher_name].images, state.images.ids)

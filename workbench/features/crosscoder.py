@@ -23,6 +23,16 @@ BatchTopK's): a row that buys little reconstruction shrinks, and the planted lat
 (seeds 0-2; 0.37 and 0.54 with ``norm_coef=0``).
 Latent Scaling (:mod:`~workbench.features.diff`) then checks that an exclusive latent was not shrunk too far.
 
+Designated shared latents (``shared = N``, default 0: none): the first ``N`` latents have one decoder vector tied
+across the models (``W_dec,m[j]`` equal for every ``m``, in the scaled units: the same direction and the same share of
+each model's variance) and no decoder-norm penalty, so the features both models carry need not pay for two rows —
+the update Minder et al. 2025 (arXiv 2504.02922) take from Mishra-Sharma et al. 2025 ("Insights on Crosscoder Model
+Diffing"), where shared latents are tied and their sparsity penalty reduced; here it is lifted. The rows are tied by
+construction: equal at initialisation, and :meth:`Crosscoder.tie_grads` gives each model's row the sum of their
+gradients (the gradient of one tied vector) before every optimizer step, so Adam moves them alike. A tied latent's
+relative norm is ½ by construction: the diff counts designated latents apart (``n_designated``), never as shared.
+Needs models of one width at the block (a vector has no place in another space).
+
 Dead latents (not selected for ``dead_after`` tokens) learn from the AuxK loss of Gao et al. 2024: their top
 ``aux_k`` pre-activations reconstruct the main reconstruction's error.
 
@@ -36,14 +46,14 @@ builds on TransformerLens's language models and has no crosscoder.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["CrosscoderConfig", "Crosscoder", "save_crosscoder", "load_crosscoder"]
+__all__ = ["CrosscoderConfig", "Crosscoder", "save_crosscoder", "load_crosscoder", "config_dict"]
 
 
 @dataclass(frozen=True)
@@ -65,22 +75,42 @@ class CrosscoderConfig:
     seed: int = 0  # initialisation and image order
     checkpoint_every: int = 50  # steps between checkpoints (and always at the end)
     norm_coef: float = 0.03  # weight of Lindsey et al.'s decoder-norm penalty Σ_j f_j Σ_m ‖W_dec,m[j]‖ (0: none)
+    shared: int = 0  # designated shared latents (the first ones): one decoder tied across models, no norm penalty
 
     def __post_init__(self) -> None:
         if self.width < 1 or self.k < 1 or self.k > self.width:
             raise ValueError(f"need 1 <= k <= width, got k={self.k}, width={self.width}")
         if self.epochs < 1 or self.batch_images < 1 or self.lr <= 0:
             raise ValueError("epochs, batch_images and lr must be positive")
+        if not 0 <= self.shared < self.width:
+            raise ValueError(f"need 0 <= shared < width (designated shared latents), got shared={self.shared}, "
+                             f"width={self.width}")
+
+
+def config_dict(cfg: CrosscoderConfig) -> dict:
+    """The config as a dict for stores and checkpoints; ``shared`` only when set, so a checkpoint or store written
+    before the option existed reads (and resumes) as ``shared=0``."""
+    d = asdict(cfg)
+    if not d["shared"]:
+        del d["shared"]
+    return d
 
 
 class Crosscoder(nn.Module):
     """BatchTopK crosscoder over ``len(dims)`` models (module docstring); inputs are lists of ``(N, d_m)`` tensors."""
 
     def __init__(self, dims: tuple[int, ...], width: int, k: int, *, init_norm: float = 0.1,
-                 threshold_momentum: float = 0.99, generator: torch.Generator | None = None):
+                 threshold_momentum: float = 0.99, generator: torch.Generator | None = None, shared: int = 0):
         super().__init__()
         self.dims, self.width, self.k, self.momentum = tuple(int(d) for d in dims), int(width), int(k), threshold_momentum
+        self.shared = int(shared)  # designated shared latents: the first `shared` rows of W_dec, tied across models
+        if self.shared and len(set(self.dims)) > 1:
+            raise ValueError(f"designated shared latents tie one decoder vector across the models, whose widths differ "
+                             f"here ({self.dims}); train without them (shared=0)")
         dec = [F.normalize(torch.randn(width, d, generator=generator), dim=1) * init_norm for d in self.dims]
+        if self.shared:  # tied rows start equal (no extra draws: shared=0 is unchanged)
+            for w in dec[1:]:
+                w[:self.shared] = dec[0][:self.shared]
         self.W_dec = nn.ParameterList([nn.Parameter(w) for w in dec])  # per model (width, d_m)
         self.W_enc = nn.ParameterList([nn.Parameter(w.t().clone()) for w in dec])  # per model (d_m, width)
         self.b_dec = nn.ParameterList([nn.Parameter(torch.zeros(d)) for d in self.dims])  # per model (d_m,)
@@ -95,6 +125,27 @@ class Crosscoder(nn.Module):
             x = x.float()
             self.scale[m] = (x - x.mean(0)).pow(2).sum(1).mean().clamp_min(1e-12).rsqrt()
             self.b_dec[m].copy_(x.mean(0) * self.scale[m])
+
+    @torch.no_grad()
+    def tie_grads(self) -> None:
+        """Give every model's designated shared rows the sum of their gradients (call between backward and step)."""
+        if not self.shared:
+            return
+        grads = [w.grad[:self.shared] for w in self.W_dec if w.grad is not None]
+        if not grads:
+            return
+        total = torch.stack(grads).sum(0)
+        for w in self.W_dec:
+            if w.grad is None:
+                w.grad = torch.zeros_like(w)
+            w.grad[:self.shared] = total
+
+    def penalised_norms(self) -> torch.Tensor:
+        """``(width,)`` Σ_m ‖W_dec,m[j]‖, 0 for the designated shared latents (the decoder-norm penalty's weights)."""
+        norms = self.decoder_norms().sum(0)
+        if self.shared:
+            norms = torch.cat([torch.zeros_like(norms[:self.shared]), norms[self.shared:]])
+        return norms
 
     def decoder_norms(self) -> torch.Tensor:
         """``(models, width)`` the norm of each latent's decoder row in each model (in scaled units)."""
@@ -137,7 +188,7 @@ def save_crosscoder(cc: Crosscoder, path: str | Path, extra: dict[str, torch.Ten
     from workbench.runtime import atomic_save_safetensors
 
     meta = {"dims": json.dumps(cc.dims), "width": str(cc.width), "k": str(cc.k), "momentum": str(cc.momentum),
-            **(metadata or {})}
+            **({"shared": str(cc.shared)} if cc.shared else {}), **(metadata or {})}
     tensors = {f"cc.{k}": v for k, v in cc.state_dict().items()}
     tensors.update({f"extra.{k}": v for k, v in (extra or {}).items()})
     return atomic_save_safetensors(tensors, path, metadata=meta)
@@ -154,7 +205,7 @@ def load_crosscoder(path: str | Path, device: str | torch.device = "cpu"
     if "dims" not in meta:
         raise ValueError(f"{path} is not a crosscoder checkpoint (no 'dims' metadata); train one with train_crosscoder")
     cc = Crosscoder(tuple(json.loads(meta["dims"])), int(meta["width"]), int(meta["k"]),
-                    threshold_momentum=float(meta["momentum"]))
+                    threshold_momentum=float(meta["momentum"]), shared=int(meta.get("shared", 0)))
     cc.load_state_dict({k[3:]: v for k, v in tensors.items() if k.startswith("cc.")})
     return cc.to(device), {k[6:]: v for k, v in tensors.items() if k.startswith("extra.")}, meta
 

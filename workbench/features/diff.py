@@ -29,6 +29,10 @@ ratios are below ``ClassThresholds.scaling`` (½: the other model carries less t
 models' widths differ (the direction has no place in the other model). Reading ``d`` in the other model assumes the
 two share a basis at the block, as a student fine-tuned from its teacher does (FAR, Sparsifiner).
 
+Designated shared latents (a crosscoder trained with ``shared = N``: the first ``N``, decoders tied) read ½ by
+construction: they keep the class ``shared`` but are flagged by ``designated(latent)`` and left out of ``n_shared``
+(counted in ``n_designated``); both variables exist only when ``N > 0``.
+
 Per model: ``fve(model)`` = 1 − Σ‖x − x̂‖² / Σ‖x − x̄‖² over held-out tokens, and ``l0`` = mean active latents
 per token (one code for both models).
 """
@@ -169,7 +173,10 @@ def _dataset(cc: Crosscoder, totals: _Totals, labels: list[str], th: ClassThresh
          "fve": ("model", totals.fve()), "l0": ((), totals.active / totals.n)},
         coords={"model": labels, "latent": np.arange(cc.width), "latent_class": ("latent", classes)})
     live = ~dead
-    counts = {f"n_{c}": int(((classes == c) & live).sum()) for c in LATENT_CLASSES}
+    designated = np.arange(cc.width) < getattr(cc, "shared", 0)  # tied by construction: not counted as found shared
+    counts = {f"n_{c}": int(((classes == c) & live & ~designated).sum()) for c in LATENT_CLASSES}
+    if designated.any():
+        ds = ds.assign(designated=("latent", designated), n_designated=((), int(designated.sum())))
     ds = ds.assign({k: ((), v) for k, v in counts.items()} | {"n_dead": ((), int(dead.sum())),
                                                              "n_dense": ((), int(dense.sum()))})
     ds = _with_scaling(ds, cc, totals, classes, live, th)

@@ -5,8 +5,12 @@ Which places: a model's blocks are its ``*.hook_resid_post`` hook points (or ``s
 declares (``compare``'s ``correspondence``), paired with the last block of the group; without one, blocks pair by name.
 
 Tokens: a ``(B, T, D)`` token sequence gives ``B·T`` rows, a ``(B, H, W, C)`` map (Swin) ``B·H·W`` rows, a
-``(B, C, H, W)`` stage map (CNN) ``B·H·W`` rows (positions as tokens). The two models' rows must describe the same
-tokens: equal counts, else a clear error (the common grid of unequal maps is not implemented yet).
+``(B, C, H, W)`` stage map (CNN) ``B·H·W`` rows (positions as tokens). Swin's window tokens need no reordering: timm
+reverses the window partition and the shift inside each block, so a block's output is in image order (row-major
+positions) in a Swin and its SlimSwin alike, as a CNN's and its AttentionLite student's stage maps of equal
+resolution are (``tests/test_features_pairs.py`` checks that a change of one patch of pixels moves the row at that
+position most, in both models). The two models' rows must describe the same tokens: equal counts, else a clear error
+(the common grid of unequal maps is not implemented yet).
 
 Images stream in batches of a seeded order, so memory stays bounded by one batch of both models' activations.
 """
@@ -22,7 +26,7 @@ from einops import rearrange
 from methods.hooks import run_with_cache
 from workbench.analysis.teacher_vs_students import block_pairs, representation_names
 
-__all__ = ["ImageSource", "paired_hooks", "token_rows", "image_batches", "paired_tokens"]
+__all__ = ["ImageSource", "paired_hooks", "token_rows", "hook_value", "image_batches", "paired_tokens"]
 
 #: images: a ``(N, C, H, W)`` tensor, or any indexable whose items are an image tensor or ``(image, label, ...)``
 ImageSource = torch.Tensor | Sequence
@@ -58,6 +62,13 @@ def token_rows(value: torch.Tensor, name: str) -> torch.Tensor:
     if value.ndim == 4:  # Swin: channels last
         return rearrange(value, "b h w c -> (b h w) c")
     raise ValueError(f"{name}: a value of shape {tuple(value.shape)} is neither tokens nor a feature map")
+
+
+@torch.no_grad()
+def hook_value(model: nn.Module, name: str, images: torch.Tensor) -> torch.Tensor:
+    """``model``'s value at hook point ``name`` on ``images`` (the forward stops there)."""
+    _, cache = run_with_cache(model, images, names=[name], stop_early=True)
+    return cache[name]
 
 
 def _image(item) -> torch.Tensor:

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import xarray as xr
 
-from workbench.features.crosscoder import Crosscoder, CrosscoderConfig
+from workbench.features.crosscoder import Crosscoder, CrosscoderConfig, config_dict
 from workbench.features.diff import ClassThresholds, crosscoder_diff
 from workbench.features.effects import latent_effects
 from workbench.features.lost import LostThresholds, lost_features, rank_teacher_only
@@ -163,5 +163,5 @@ def _study_dataset(diff, act, effect, fires, correct, shown, ranked, ranked_drop
     ).assign_coords(label=act["label"].values, sample=act["sample"].values)
     ds["shown_effect"].attrs.update(units="nats", long_name="mean Δ log p(correct) with the latent removed")
     ds["crop"].attrs.update(units="intensity in [0, 1]", long_name="pixels under the token (± context cells)")
-    return ds.assign_attrs(hooks=json.dumps(dict(hooks)), crosscoder=json.dumps(asdict(cfg)),
+    return ds.assign_attrs(hooks=json.dumps(dict(hooks)), crosscoder=json.dumps(config_dict(cfg)),
                            study=json.dumps(asdict(opt), default=str), lost_method=test.method)

@@ -64,7 +64,7 @@ def features(teacher: str, student: str, *, out: str | Path, block: int | None =
         ValueError: an unknown model, models of different inputs, a block without a counterpart, bad options.
     """
     from workbench.data import load_images
-    from workbench.features.crosscoder import CrosscoderConfig
+    from workbench.features.crosscoder import CrosscoderConfig, config_dict
     from workbench.features.diff import crosscoder_diff
     from workbench.features.pairs import image_batches, paired_hooks, paired_tokens
     from workbench.features.train import train_crosscoder
@@ -100,7 +100,7 @@ def features(teacher: str, student: str, *, out: str | Path, block: int | None =
     ds = crosscoder_diff(cc, batches)
     ds = stamp(ds, t.source, held.source).assign_attrs(
         student=json.dumps({k: v for k, v in asdict(s.source).items()}), hooks=json.dumps(hooks),
-        train_images=images, held_out_images=held_out, config=json.dumps(asdict(cfg), sort_keys=True))
+        train_images=images, held_out_images=held_out, config=json.dumps(config_dict(cfg), sort_keys=True))
     return save(ds, out)
 
 
@@ -117,23 +117,26 @@ def add_features_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--held-out", default="demo:val", help="held-out images of the diff (default: demo:val)")
     default = CrosscoderConfig()
     for f in fields(CrosscoderConfig):
-        if f.name in ("width", "k", "epochs", "batch_images", "lr", "seed"):
+        if f.name in ("width", "k", "epochs", "batch_images", "lr", "seed", "shared"):
+            what = "designated shared latents: decoder tied across the models, no norm penalty" \
+                if f.name == "shared" else f"crosscoder {f.name}"
             p.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(default, f.name)), default=None,
-                           help=f"crosscoder {f.name} (default {getattr(default, f.name)})")
+                           help=f"{what} (default {getattr(default, f.name)})")
     p.add_argument("--out", required=True, help="diff store (.nc); the crosscoder checkpoint goes beside it")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to compute (default: auto)")
 
 
 def cmd_features(args) -> int:
-    opts = {k: getattr(args, k) for k in ("width", "k", "epochs", "batch_images", "lr", "seed")
+    opts = {k: getattr(args, k) for k in ("width", "k", "epochs", "batch_images", "lr", "seed", "shared")
             if getattr(args, k) is not None}
     path = features(args.teacher, args.student, out=args.out, block=args.block, groups=parse_groups(args.groups),
                     images=args.images, held_out=args.held_out, device=args.device, **opts)
     ds = xr.open_dataset(path)
     fve = ", ".join(f"{m} {float(v):.3f}" for m, v in zip(ds.model.values, ds.fve.values))
+    designated = f", designated shared {int(ds.n_designated)}" if "n_designated" in ds else ""
     print(f"{ds.attrs['hooks']}: FVE {fve}; L0 {float(ds.l0):.1f}; dead {int(ds.n_dead)} of {ds.sizes['latent']}; "
           f"shared {int(ds.n_shared)}, teacher-only {int(ds.n_teacher_only)}, student-only {int(ds.n_student_only)}, "
-          f"partial {int(ds.n_partial)}; Latent Scaling: {int(ds.n_confirmed)} confirmed, "
+          f"partial {int(ds.n_partial)}{designated}; Latent Scaling: {int(ds.n_confirmed)} confirmed, "
           f"{int(ds.n_in_other)} present in the other model")
     ds.close()
     print(f"wrote {path}")

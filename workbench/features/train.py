@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 import torch
 import torch.nn as nn
 
-from workbench.features.crosscoder import Crosscoder, CrosscoderConfig, load_crosscoder, save_crosscoder
+from workbench.features.crosscoder import Crosscoder, CrosscoderConfig, config_dict, load_crosscoder, save_crosscoder
 from workbench.features.pairs import ImageSource, image_batches, paired_tokens
 from workbench.runtime import resolve_device
 
@@ -38,7 +37,7 @@ def crosscoder_loss(cc: Crosscoder, xs: list[torch.Tensor], since_fired: torch.T
     errs = [(x - r) * cc.scale[m] for m, (x, r) in enumerate(zip(xs, recon))]  # per model (N, d_m), scaled units
     loss = sum(e.pow(2).sum(1).mean() for e in errs)
     if cfg.norm_coef > 0:
-        loss = loss + cfg.norm_coef * (codes * cc.decoder_norms().sum(0)).sum(1).mean()
+        loss = loss + cfg.norm_coef * (codes * cc.penalised_norms()).sum(1).mean()
     with torch.no_grad():
         since_fired += codes.shape[0]
         since_fired[(codes > 0).any(0)] = 0
@@ -73,7 +72,7 @@ def _resume(path: Path | None, cfg: CrosscoderConfig, device: torch.device):
     if path is None or not path.exists():
         return None
     cc, extra, meta = load_crosscoder(path, device)
-    if meta.get("config") != json.dumps(asdict(cfg), sort_keys=True):
+    if meta.get("config") != json.dumps(config_dict(cfg), sort_keys=True):
         raise ValueError(f"the checkpoint {path} was trained with another config ({meta.get('config')}); "
                          "pass the same CrosscoderConfig to resume, or another checkpoint path to start afresh")
     return cc, extra, meta
@@ -124,7 +123,7 @@ def fit_crosscoder(batches: BatchFn, steps_per_epoch: int, cfg: CrosscoderConfig
         first = [x.to(dev) for x in next(batches(0, 0))]
         cc = Crosscoder(tuple(x.shape[1] for x in first), cfg.width, cfg.k, init_norm=cfg.init_norm,
                         threshold_momentum=cfg.threshold_momentum,
-                        generator=torch.Generator().manual_seed(cfg.seed)).to(dev)
+                        generator=torch.Generator().manual_seed(cfg.seed), shared=cfg.shared).to(dev)
         cc.fit_scale(first)
         step, since_fired, extra = 0, torch.zeros(cfg.width, dtype=torch.long, device=dev), {}
     else:
@@ -134,7 +133,7 @@ def fit_crosscoder(batches: BatchFn, steps_per_epoch: int, cfg: CrosscoderConfig
     if extra:
         _load_opt(opt, extra)
     cc.train()
-    meta = {"config": json.dumps(asdict(cfg), sort_keys=True), **(metadata or {})}
+    meta = {"config": json.dumps(config_dict(cfg), sort_keys=True), **(metadata or {})}
     with _bar(progress, total, step) as bar:
         step = _steps(cc, opt, batches, steps_per_epoch, total, step, since_fired, cfg, path, meta, bar)
     return cc.eval()
@@ -162,6 +161,7 @@ def _steps(cc, opt, batches: BatchFn, steps_per_epoch: int, total: int, step: in
             loss, _ = crosscoder_loss(cc, [x.to(dev) for x in xs], since_fired, cfg)
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            cc.tie_grads()
             opt.step()
             step += 1
             if bar is not None:

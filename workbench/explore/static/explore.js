@@ -324,11 +324,69 @@ function hoverReadout(canvas, readout, p, map, state, what_ = null) {
   canvas.addEventListener("mouseleave", () => { readout.textContent = "hover a panel for its value"; });
 }
 
+// the latent view (workbench/explore/latents.py): the clicked token's active crosscoder latents (a row click picks
+// one) and the picked latent's maps (its code; its encoding from the teacher's and the student's activation alone)
+const LATENT_CLASS = { shared: "shared", teacher_only: "teacher-only", student_only: "student-only", partial: "partial" };
+
+function latentView(model, base, pixelsOf, onPick) {
+  const lat = model.get("latents") || {};
+  const box = el("div", "wbx-latents");
+  if (!lat.models) return box;
+  box.appendChild(el("div", "wbx-label", `crosscoder latents · ${lat.models.join(" + ")} at ${lat.hooks.join(" / ")}`));
+  const where = lat.cell[0] >= 0 ? `token (${lat.cell[0]}, ${lat.cell[1]})` : "this token";
+  box.appendChild(el("div", "wbx-sub", `${lat.active.length} latents active on ${where} (largest code first; click one to show it over the image)`));
+  const table = el("table", "wbx-latent-table");
+  const head = el("tr");
+  ["latent", "class", "activation", "rel. decoder norm"].forEach((h) => head.appendChild(el("th", "", h)));
+  table.appendChild(head);
+  lat.active.forEach((a) => {
+    const tr = el("tr", "wbx-latent-row" + (a.id === lat.picked ? " wbx-picked" : ""));
+    tr.dataset.latent = String(a.id);
+    [String(a.id), LATENT_CLASS[a.cls] || a.cls, fmt(a.activation), fmt(a.relative)].forEach((v) => tr.appendChild(el("td", "", v)));
+    tr.addEventListener("click", () => onPick(a.id));
+    table.appendChild(tr);
+  });
+  const list = el("div", "wbx-latent-list");  // scrolls: a token may have dozens of active latents
+  list.appendChild(table);
+  box.appendChild(list);
+  const current = table.querySelector("tr.wbx-picked");  // keep the picked row in the list's view
+  if (current) requestAnimationFrame(() => { list.scrollTop = Math.max(0, current.offsetTop - list.clientHeight / 2); });
+  if (lat.picked === null || lat.picked === undefined || !lat.panels) return box;
+  box.appendChild(el("div", "wbx-label", `latent ${lat.picked} (${LATENT_CLASS[lat.picked_cls] || lat.picked_cls}, relative decoder norm ${fmt(lat.picked_relative)}) over the image`));
+  const row = el("div", "wbx-row");
+  row.style.gridTemplateColumns = `repeat(${lat.panels.length}, minmax(110px, ${PANEL}px))`;
+  const maps = halves(model.get("latent_maps"));
+  const n = lat.grid[0] * lat.grid[1];
+  const wrong = lat.image_id !== pixelsOf;
+  const titles = { code: "crosscoder code (both models)" };
+  lat.panels.forEach((name, i) => {
+    const p = el("div", "wbx-panel");
+    p.appendChild(el("div", "wbx-label", titles[name] || `${name}'s encoding alone`));
+    p.appendChild(el("div", wrong ? "wbx-sub wbx-bad" : "wbx-sub", wrong ? `maps of ${lat.image_id} are not drawn over ${pixelsOf}` : lat.image_id));
+    const c = document.createElement("canvas");
+    c.width = PANEL;
+    c.height = PANEL;
+    c.className = "wbx-canvas wbx-latent-map";
+    c.dataset.panel = name;
+    c.dataset.latent = String(lat.picked);
+    c.dataset.mapImageId = lat.image_id;
+    drawPanel(c, base, wrong ? null : maps.subarray(i * n, (i + 1) * n), lat.grid, lat.vmin, lat.vmax, null, lat.cell, false);
+    p.appendChild(c);
+    const pre = Object.entries(lat.prefix || {}).map(([k, v]) => `${k}: ${fmt(v[i])}`).join(" · ");
+    if (pre) p.appendChild(el("div", "wbx-sub", pre));
+    p.appendChild(colourBar(lat.vmin, lat.vmax, lat.units, false));
+    row.appendChild(p);
+  });
+  box.appendChild(row);
+  return box;
+}
+
 function render({ model, el: root }) {
   root.classList.add("wbx");
   let base = null;
   let clicks = 0;
   let picks = 0;
+  let latentPicks = 0;
   let pending = false;
 
   function sendClick(c, ev) {
@@ -418,6 +476,11 @@ function render({ model, el: root }) {
     root.appendChild(readout);
     root.appendChild(agreementChart(state));
     root.appendChild(thumbnails(state));
+    root.appendChild(latentView(model, base, pixelsOf, (id) => {
+      latentPicks += 1;
+      model.set("latent_pick", [id, latentPicks]);
+      model.save_changes();
+    }));
   }
 
   // layer x head thumbnails of one model; a click selects that layer and head
@@ -472,6 +535,7 @@ function render({ model, el: root }) {
   model.on("change:image_id", schedule);
   model.on("change:state", schedule);
   model.on("change:error", schedule);
+  model.on("change:latents", schedule);
   base = imageCanvas(model);
   redraw();
 }
