@@ -1,11 +1,16 @@
-"""Shared test set-up: an isolated WORKBENCH_HOME, fixed seeds, quiet progress, smoke teachers."""
+"""Shared test set-up: an isolated WORKBENCH_HOME, fixed seeds, quiet progress, one CPU thread, smoke teachers."""
 
 from __future__ import annotations
 
 import os
 
-import pytest
-import torch
+# One torch / OpenMP thread per process, for the subprocesses too (notebook kernels, CLI and torchrun launches): the
+# suite's models are smoke-sized, ``-n auto`` already runs a worker per core, and extra threads only spin on a loaded
+# CPU (an explanation step of the smoke gallery: 1-2 s on one thread, 3-5x that on two beside a busy neighbour).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ["WORKBENCH_PROGRESS"] = "0"
@@ -29,6 +34,16 @@ def workbench_home(tmp_path_factory):
         os.environ.pop("WORKBENCH_HOME", None)
     else:
         os.environ["WORKBENCH_HOME"] = old
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_cpu_thread():
+    """torch on one CPU thread in this process (``OMP_NUM_THREADS`` above reaches it only if torch was not imported
+    before this file); a test that needs another count sets it and restores it."""
+    from methods.train import cpu_threads
+
+    with cpu_threads(1):
+        yield
 
 
 @pytest.fixture(scope="module")
