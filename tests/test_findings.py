@@ -121,8 +121,12 @@ def test_far_table2_verdict_follows_the_data():
     def rows(pruned_ms_384: float, pruned_gmacs: float = 1.0) -> xr.Dataset:
         recs = [("DeiT-Tiny", 224, 1.25, 26.0), ("FAR-Tiny†", 224, pruned_gmacs, 31.0),
                 ("DeiT-Tiny", 384, 4.6, 100.0), ("FAR-Tiny†", 384, 3.1, pruned_ms_384), ("demo ViT", 28, 0.01, 1.0)]
+        deit = {r[1]: r[3] for r in recs if r[0].startswith("DeiT")}  # three round-robin runs, ±1 % around each
+        runs = [",".join(f"{r[3] * f / deit[r[1]]:.5f}" for f in (0.99, 1.0, 1.01)) if r[1] in deit else ""
+                for r in recs]
         return xr.Dataset({"model": ("row", [r[0] for r in recs]), "size": ("row", [r[1] for r in recs]),
                            "gmacs": ("row", [r[2] for r in recs]), "ms": ("row", [r[3] for r in recs]),
+                           "ratio_runs": ("row", runs),
                            "family": ("row", [f"tiny-{r[1]}" if r[1] > 28 else "demo" for r in recs])},
                           coords={"row": range(len(recs))})
 
