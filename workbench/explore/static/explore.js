@@ -10,6 +10,20 @@ const THUMB = 44;
 const VIRIDIS = [[68, 1, 84], [71, 44, 122], [59, 81, 139], [44, 113, 142], [33, 144, 141], [39, 173, 129],
   [92, 200, 99], [170, 220, 50], [253, 231, 37]];
 
+// the image's own panel: its label, the image id and a canvas tagged with that id (the caller draws into it)
+function imageBox(pixelsOf) {
+  const ibox = el("div", "wbx-panel");
+  ibox.appendChild(el("div", "wbx-label", "image"));
+  ibox.appendChild(el("div", "wbx-sub wbx-note", pixelsOf));
+  const ic = document.createElement("canvas");
+  ic.width = PANEL;
+  ic.height = PANEL;
+  ic.className = "wbx-canvas wbx-image";
+  ic.dataset.imageId = pixelsOf;
+  ic.dataset.mapImageId = pixelsOf;
+  return [ibox, ic];
+}
+
 function colour(t) {
   if (!(t >= 0)) t = 0;
   if (t > 1) t = 1;
@@ -256,15 +270,7 @@ function explanationView(root, state, base, buffer, pixelsOf) {
   const readout = el("div", "wbx-readout", "hover a panel for its value");
   const row = el("div", "wbx-row");
   row.style.gridTemplateColumns = `repeat(${state.panels.length + 1}, minmax(110px, ${PANEL}px))`;
-  const ibox = el("div", "wbx-panel");
-  ibox.appendChild(el("div", "wbx-label", "image"));
-  ibox.appendChild(el("div", "wbx-sub wbx-note", pixelsOf));
-  const ic = document.createElement("canvas");
-  ic.width = PANEL;
-  ic.height = PANEL;
-  ic.className = "wbx-canvas wbx-image";
-  ic.dataset.imageId = pixelsOf;
-  ic.dataset.mapImageId = pixelsOf;
+  const [ibox, ic] = imageBox(pixelsOf);
   drawPanel(ic, base, null, [1, 1], 0, 1, null, null, false, { gridLines: false });
   ibox.appendChild(ic);
   row.appendChild(ibox);
@@ -419,15 +425,7 @@ function render({ model, el: root }) {
     row.style.gridTemplateColumns = `repeat(${state.panels.length + 1}, minmax(110px, ${PANEL}px))`;
     // the image alone, with the query marked
     const ref = state.panels[0];
-    const ibox = el("div", "wbx-panel");
-    ibox.appendChild(el("div", "wbx-label", "image"));
-    ibox.appendChild(el("div", "wbx-sub wbx-note", pixelsOf));
-    const ic = document.createElement("canvas");
-    ic.width = PANEL;
-    ic.height = PANEL;
-    ic.className = "wbx-canvas wbx-image";
-    ic.dataset.imageId = pixelsOf;
-    ic.dataset.mapImageId = pixelsOf;
+    const [ibox, ic] = imageBox(pixelsOf);
     drawPanel(ic, base, null, ref.grid, 0, 1, null, ref.cell, false, { gridLines: false, cellSize: ref.cell_size });
     ic.addEventListener("click", (ev) => sendClick(ic, ev));
     ibox.appendChild(ic);
