@@ -193,3 +193,21 @@ def test_sigterm_stops_the_workers_too(tmp_path):
         alive = [p for p in alive if running(p)]
         time.sleep(0.2)
     assert not alive, f"workers {alive} outlived the parent"
+
+
+def test_spawned_workers_start_with_the_malloc_settings_and_ours_stay_as_they_were(monkeypatch):
+    """The pool's interpreters get MALLOC_ENV (glibc reads it at start-up), a value the user set wins, and the
+    parent's environment is left as it was."""
+    from workbench.figures.schedule import MALLOC_ENV, spawn_pool
+
+    for key in MALLOC_ENV:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("MALLOC_TOP_PAD_", "12345")  # the user's own setting
+    pool = spawn_pool(1)
+    try:
+        seen = {key: pool.apply(os.getenv, (key,)) for key in MALLOC_ENV}
+    finally:
+        pool.terminate()
+        pool.join()
+    assert seen == {**MALLOC_ENV, "MALLOC_TOP_PAD_": "12345"}
+    assert [k for k in MALLOC_ENV if k in os.environ] == ["MALLOC_TOP_PAD_"]
