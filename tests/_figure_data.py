@@ -87,3 +87,4 @@ def fails_now(ctx):
 def slow(ctx):
     time.sleep(60)
     return _record(ctx, "test.slow", 0.0)
+

@@ -211,3 +211,30 @@ def test_spawned_workers_start_with_the_malloc_settings_and_ours_stay_as_they_we
         pool.join()
     assert seen == {**MALLOC_ENV, "MALLOC_TOP_PAD_": "12345"}
     assert [k for k in MALLOC_ENV if k in os.environ] == ["MALLOC_TOP_PAD_"]
+
+
+def test_after_the_timing_steps_this_process_draws_beside_the_drawing_worker(fresh_home, monkeypatch):
+    """`workbench figures` draws beside the timing steps in one worker, which is handed one figure at a time; once the
+    timing steps are done, the main process draws the timing figures and takes the figures still waiting, so both
+    processes draw and every figure is drawn once, with one index listing them all."""
+    import _figure_draws
+
+    from workbench.cli import main
+    from workbench.figures import FIGURES
+
+    _figure_draws.register()  # (again, should an earlier test have removed them)
+    ids = [*_figure_draws.EARLY, *_figure_draws.LATE]
+    try:
+        out = fresh_home.parent / "figs"
+        assert main(["figures", *ids, "--profile", "smoke", "--device", "cpu", "--jobs", "2", "--out", str(out)]) == 0
+    finally:
+        for i in ids:
+            FIGURES.pop(i, None)
+    draws = [json.loads(line) for line in (fresh_home.parent / "steps.jsonl.draws").read_text().splitlines()]
+    assert sorted(d["id"] for d in draws) == sorted(ids)  # each once
+    by = {d["id"]: d["pid"] for d in draws}
+    assert by["test.fig_timed"] == os.getpid()  # the timing step's figure: here, after it
+    assert {by[i] for i in _figure_draws.EARLY} == {os.getpid(), by["test.fig0"]} and by["test.fig0"] != os.getpid()
+    index = (out / "index.md").read_text()
+    assert all(f"`{i}`" in index or i in index for i in ids)
+    assert all((out / f"{i}.md").exists() and (out / f"{i}.csv").exists() for i in ids)

@@ -552,12 +552,12 @@ def cmd_figures(args) -> int:
             raise
         t1 = time.perf_counter()
         prog.start_task(fig_task)
-        written, reused = background[0].result() if background else ([], 0)
-        late = [s for s in specs if s not in early]
-        more, reused_late = draw_all(late, args.profile, args.out, jobs=min(args.jobs or default_jobs(args.device),
-                                                                            max(1, len(late))),
-                                     device=args.device, reuse=not args.force, log=log,
-                                     on_done=lambda i: prog.advance(fig_task), formats=formats, **scope)
+        late = [s for s in specs if s not in early]  # (all of them when nothing was drawn beside the timing steps)
+        # beside a background worker, this process draws: the figures of the timing steps, then those still waiting
+        more, reused_late = draw_all(late, args.profile, args.out, jobs=1 if background else min(
+            args.jobs or default_jobs(args.device), max(1, len(late))), device=args.device, reuse=not args.force,
+            log=log, on_done=lambda i: prog.advance(fig_task), formats=formats, **scope)
+        written, reused = background[0].finish() if background else ([], 0)
         written, reused = written + more, reused + reused_late
     t2 = time.perf_counter()
     beside = f", {len(early)} of them beside the timing steps" if early else ""

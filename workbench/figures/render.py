@@ -173,26 +173,52 @@ class BackgroundDraw:
     """Draws ``specs`` (those that need it) in ``jobs`` spawned processes while the caller goes on.
 
     ``workbench figures`` starts one (one process) when only the timing steps are left: they run in the main process
-    with no training beside them, and drawing, single-threaded, takes the otherwise idle core. :meth:`result` waits
-    for the figures; the caller's last :func:`draw_all` writes ``index.md``. The pool is the preparation's kind
+    with no training beside them, and drawing, single-threaded, takes the otherwise idle core. The figures are handed
+    to the workers one at a time, so once the timing steps are done the caller draws what is still waiting itself
+    (:meth:`take`), beside the worker, instead of leaving a core idle. :meth:`result` waits for the figures; the
+    caller's last :func:`draw_all` writes ``index.md``. The pool is the preparation's kind
     (:func:`workbench.figures.schedule.spawn_pool`).
     """
 
     def __init__(self, specs: list[FigureSpec], profile: str, out_dir: str | Path, *, jobs: int = 1,
                  device: str = "auto", reuse: bool = True, formats: tuple[str, ...] = FORMATS,
                  on_done: Callable[[str], None] | None = None, data: str | None = None, overrides=None):
+        import collections
+        import threading
+
         from workbench.figures.schedule import spawn_pool
 
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        where = (profile, device, data, overrides)
-        todo = _todo(specs, _reader(*where), self.out_dir, reuse, formats, on_done)
+        self.where, self.formats = (profile, device, data, overrides), formats
+        todo = _todo(specs, _reader(*self.where), self.out_dir, reuse, formats, on_done)
         self.reused, self.on_done = len(specs) - len(todo), on_done
+        self.waiting = collections.deque(todo)  # not yet handed to a worker (nor taken by the caller)
+        self.pending: dict[str, object] = {}  # spec id -> AsyncResult, in the order handed out
+        self.failed = False
+        self.lock = threading.Lock()  # the pool's result thread hands out the next figure while the caller takes
         self.pool = spawn_pool(jobs) if todo else None
-        self.pending = {s.id: self.pool.apply_async(_draw_in_worker, (s.id, where, str(self.out_dir), formats))
-                        for s in todo}
-        if self.pool is not None:
-            self.pool.close()  # no more work: the workers exit once the figures are drawn
+        for _ in range(jobs):
+            self._hand_out()
+
+    def _hand_out(self, *_) -> None:
+        """Give the next waiting figure to the pool (called again by each finished one)."""
+        with self.lock:
+            if not self.waiting or self.failed:
+                return
+            spec = self.waiting.popleft()
+            self.pending[spec.id] = self.pool.apply_async(
+                _draw_in_worker, (spec.id, spec.plot.__module__, self.where, str(self.out_dir), self.formats),
+                callback=self._hand_out, error_callback=self._stop)
+
+    def _stop(self, _err) -> None:
+        with self.lock:
+            self.failed = True  # result() re-raises the error
+
+    def take(self) -> FigureSpec | None:
+        """A figure no worker has started, for the caller to draw itself (None when none is left)."""
+        with self.lock:
+            return self.waiting.popleft() if self.waiting and not self.failed else None
 
     def cancel(self) -> None:
         """Stop drawing (the preparation failed): the workers are terminated (figure files are written atomically, so
@@ -202,19 +228,48 @@ class BackgroundDraw:
             self.pool.join()
 
     def result(self) -> tuple[list[Path], int]:
-        """(files written, number of figures reused as they were), once every figure is drawn; re-raises a failure."""
+        """(files written, number of figures reused as they were), once every figure handed to the workers is drawn
+        (call :meth:`take` until None first, or the waiting ones are drawn here); re-raises a failure."""
         written: list[Path] = []
+        done: set[str] = set()
         try:
-            for spec_id, res in self.pending.items():
-                written += [Path(f) for f in res.get()]
-                if self.on_done:
-                    self.on_done(spec_id)
+            while True:
+                with self.lock:
+                    todo = [(i, r) for i, r in self.pending.items() if i not in done]
+                    if not todo and (not self.waiting or self.failed):
+                        break
+                if not todo:  # every handed-out figure is drawn and some wait: the workers are idle
+                    self._hand_out()
+                    continue
+                for spec_id, res in todo:
+                    written += [Path(f) for f in res.get()]
+                    done.add(spec_id)
+                    if self.on_done:
+                        self.on_done(spec_id)
         except BaseException:
             self.cancel()
             raise
         if self.pool is not None:
+            self.pool.close()
             self.pool.join()
         return written, self.reused
+
+    def finish(self) -> tuple[list[Path], int]:
+        """Draw the figures no worker has started yet here, beside the workers, wait for theirs and rewrite
+        ``index.md``: (files written, number of figures reused as they were)."""
+        ctx = _reader(*self.where)
+        here: list[Path] = []
+        try:
+            while (spec := self.take()) is not None:
+                here += draw(spec, ctx, self.out_dir, reuse=False, formats=self.formats)
+                if self.on_done:
+                    self.on_done(spec.id)
+        except BaseException:
+            self.cancel()
+            raise
+        written, reused = self.result()
+        write_index(self.out_dir)
+        return here + written, reused
 
 
 def _reader(profile: str, device: str, data: str | None, overrides) -> Context:
@@ -222,10 +277,14 @@ def _reader(profile: str, device: str, data: str | None, overrides) -> Context:
     return Context(profile, device, False, log=lambda _: None, data=data, overrides=overrides)
 
 
-def _draw_in_worker(spec_id: str, where: tuple, out_dir: str, formats: tuple[str, ...]) -> list[str]:
-    """Draw one figure in a worker; ``where``: (profile, device, data, overrides) of its :func:`_reader`."""
+def _draw_in_worker(spec_id: str, module: str, where: tuple, out_dir: str, formats: tuple[str, ...]) -> list[str]:
+    """Draw one figure in a worker; ``module``: where it is registered (a test's, a user's module: a spawned worker
+    starts with only the package's figures); ``where``: (profile, device, data, overrides) of its :func:`_reader`."""
+    import importlib
+
     from workbench.figures import get
 
+    importlib.import_module(module)
     (spec,) = get([spec_id])
     return [str(f) for f in draw(spec, _reader(*where), Path(out_dir), reuse=False, formats=formats)]
 
