@@ -131,7 +131,7 @@ def finetune_with_masks(run: Run, req: "RunRequest", cfg: SlimSwinConfig, choice
         iter_time = time.perf_counter() - t0
         t1 = time.perf_counter()
         hist = fit(model, limited(train_set, recipe.final_train_images), val_set, final_train_config(cfg, recipe, dev),
-                   loss_fn=kd_loss_fn(ref_model, cfg), ckpt_dir=run.phase_dir("final"),
+                   loss_fn=kd_loss_fn(ref_model, cfg, req.teacher.sha256), ckpt_dir=run.phase_dir("final"),
                    on_epoch_end=run.log_epoch) if cfg.final_epochs > 0 else []
         after = hist[-1] if hist and "val_acc" in hist[-1] else evaluate(model, val_loader, dev)
         masks = get_masks(model)
@@ -168,7 +168,7 @@ def _iteration_finetunes(run: Run, req: "RunRequest", cfg: SlimSwinConfig, model
     for it in range(done, iterations):  # the same D-hat subsets and seeds as the SlimSwin run's iterations
         idx = sample_subset(len(train_set), n_ft, recipe.seed * 100_003 + 2 * it + 1)
         fit(model, IndexedSubset(train_set, idx), None, replace(iter_cfg, seed=recipe.seed * 1000 + it),
-            loss_fn=kd_loss_fn(ref_model, cfg))
+            loss_fn=kd_loss_fn(ref_model, cfg, req.teacher.sha256))
         atomic_save_safetensors(model.state_dict(), state, metadata={"done": str(it + 1)})
         req.log(f"{choice} masks: fine-tune {it + 1}/{iterations} done")
 

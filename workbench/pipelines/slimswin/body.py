@@ -47,11 +47,14 @@ def sample_subset(n_total: int, n: int, seed: int) -> list[int]:
     return torch.randperm(n_total, generator=torch.Generator().manual_seed(seed))[: min(n, n_total)].sort().values.tolist()
 
 
-def kd_loss_fn(teacher: nn.Module, cfg: SlimSwinConfig):
+def kd_loss_fn(teacher: nn.Module, cfg: SlimSwinConfig, key: str | None = None):
+    """§V-B's distillation loss against the unpruned ``teacher``; ``key`` (the teacher's weights' SHA-256) lets the
+    arms trained on the same batches share its logits (:mod:`workbench.pipelines.teacher_memo`)."""
+    from workbench.pipelines.teacher_memo import teacher_logits
+
     def loss_fn(model, images, targets):
         logits = model(images)
-        with torch.no_grad():
-            t_logits = teacher(images)
+        t_logits = teacher_logits(teacher, images, key)
         loss = kd_loss(logits, t_logits, targets, alpha=cfg.kd_alpha, T=cfg.kd_temperature)
         return loss, {"kd": loss.detach()}
 
@@ -158,7 +161,7 @@ def prune_and_finetune(run: Run, req: "RunRequest", cfg: SlimSwinConfig, start_f
         t1 = time.perf_counter()
         final_set = limited(train_set, req.budget.final_train_images)  # the demo's shorter final fine-tune
         final_hist = fit(model, final_set, val_set, final_train_config(cfg, req.budget, dev),
-                         loss_fn=kd_loss_fn(ref_model, cfg), ckpt_dir=run.phase_dir("final"),
+                         loss_fn=kd_loss_fn(ref_model, cfg, req.teacher.sha256), ckpt_dir=run.phase_dir("final"),
                          on_epoch_end=run.log_epoch) if cfg.final_epochs > 0 else []
         # the final fine-tune's last epoch evaluated this very model on the held-out set; without one, evaluate here
         after = final_hist[-1] if final_hist and "val_acc" in final_hist[-1] else \
@@ -220,7 +223,7 @@ def _iterate(run: Run, req: "RunRequest", cfg: SlimSwinConfig, models: tuple[nn.
         idx = sample_subset(len(train_set), n_ft, recipe.seed * 100_003 + 2 * (offset + it) + 1)  # D-hat
         hist = fit(m, IndexedSubset(train_set, idx), val_set if recipe.eval_iterations else None,
                    replace(iter_cfg, seed=recipe.seed * 1000 + offset + it),
-                   loss_fn=kd_loss_fn(ref_model, cfg))
+                   loss_fn=kd_loss_fn(ref_model, cfg, req.teacher.sha256))
         last_metrics[:] = [hist[-1]]
 
     def on_step(step, m: nn.Module) -> None:
