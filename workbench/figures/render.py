@@ -174,9 +174,9 @@ class BackgroundDraw:
 
     ``workbench figures`` starts one (one process) when only the timing steps are left: they run in the main process
     with no training beside them, and drawing, single-threaded, takes the otherwise idle core. The figures are handed
-    to the workers one at a time, so once the timing steps are done the caller draws what is still waiting itself
-    (:meth:`take`), beside the worker, instead of leaving a core idle. :meth:`result` waits for the figures; the
-    caller's last :func:`draw_all` writes ``index.md``. The pool is the preparation's kind
+    to the workers one at a time, so once the timing steps are done the caller draws what is still waiting itself,
+    beside the worker, instead of leaving a core idle (:meth:`finish`, which also waits for the workers' figures and
+    rewrites ``index.md``; :meth:`result` only waits). The pool is the preparation's kind
     (:func:`workbench.figures.schedule.spawn_pool`).
     """
 
