@@ -49,7 +49,7 @@ def test_figures_list_and_render(tmp_path, capsys, smoke_teacher):
     assert main(["figures", "--list"]) == 0
     assert "teacher.fig1" in capsys.readouterr().out
     out = tmp_path / "figs"
-    assert main(["figures", "teacher", "--profile", "smoke", "--device", "cpu", "--out", str(out), "--pdf"]) == 0
+    assert main(["figures", "teacher", "--profile", "smoke", "--device", "cpu", "--jobs", "1", "--out", str(out), "--pdf"]) == 0
     for f in ("teacher.fig1.png", "teacher.fig1.pdf", "teacher.fig2.png", "teacher.table1.md", "teacher.table1.csv", "index.md"):
         assert (out / f).exists(), f
     index = (out / "index.md").read_text()
@@ -57,7 +57,8 @@ def test_figures_list_and_render(tmp_path, capsys, smoke_teacher):
     png = out / "teacher.fig1.png"
     (out / "teacher.fig1.pdf").unlink()  # without --pdf: PNG only, the PNG is up to date and kept
     stamp = png.stat().st_mtime_ns
-    assert main(["figures", "teacher", "--profile", "smoke", "--device", "cpu", "--out", str(out)]) == 0
+    # the data are stored: 2 jobs only draw, in 2 processes (draw_all's pool; the smoke galleries pass --jobs 1)
+    assert main(["figures", "teacher", "--profile", "smoke", "--device", "cpu", "--jobs", "2", "--out", str(out)]) == 0
     assert not (out / "teacher.fig1.pdf").exists() and png.stat().st_mtime_ns != stamp  # formats changed: redrawn
 
 

@@ -241,7 +241,7 @@ def test_slimswin_figures_render(tmp_path, run033):
     import pandas as pd
 
     out = tmp_path / "figs"
-    assert main(["figures", "slimswin", "--profile", "smoke", "--device", "cpu", "--out", str(out)]) == 0
+    assert main(["figures", "slimswin", "--profile", "smoke", "--device", "cpu", "--jobs", "1", "--out", str(out)]) == 0
     for fid in ("fig1", "fig2", "fig3", "fig4", "fig6", "fig7"):
         assert (out / f"slimswin.{fid}.png").exists(), fid
     table = pd.read_csv(out / "slimswin.table1.csv")
