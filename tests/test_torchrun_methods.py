@@ -1,8 +1,8 @@
 """Every method's run under a 2-process ``torchrun`` (gloo on the CPU), and the device / backend set-up of a rank.
 
 The integration half launches ``workbench`` as a user would (``python -m torch.distributed.run --nproc_per_node 2``)
-on the smoke profile with tiny budgets: the three demo teachers, then FAR (distilled -> pruned), Sparsifiner (phase 1
--> phase 2), Non-deep ViT (branched -> collapsed), AttentionLite and SlimSwin on them. Every launch must exit 0 (torchrun
+on the smoke profile with tiny budgets: the demo ViT teacher, then FAR (distilled -> pruned), Sparsifiner (phase 1
+-> phase 2), Non-deep ViT (branched -> collapsed), AttentionLite and SlimSwin on the session's CNN and Swin teachers. Every launch must exit 0 (torchrun
 fails when any rank does), every run must be complete, and every file under ``runs/`` must be written by rank 0 alone:
 an audit hook (``sys.addaudithook``) in each rank records the files it opens for writing, renames, makes or removes.
 
@@ -90,12 +90,18 @@ def launch(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def teachers(launch):
-    """The three demo teachers (vit, swin, cnn), each trained by a 2-process torchrun: arch -> run dir."""
-    out = {}
-    for arch in ("vit", "swin", "cnn"):
-        out[arch], writes = launch("train", "teacher", "--arch", arch, "--epochs", "1", *TINY)
-        _written_once(writes)
+def teachers(launch, smoke_teacher):
+    """The demo teachers: arch -> run dir. The ViT teacher is trained by a 2-process torchrun (audited like the
+    methods); the Swin and CNN teachers, trained by the same code path (each launch costs ~17 s of CPU, most of it
+    three interpreters importing torch), are the session's one-process smoke teachers."""
+    import shutil
+
+    vit, writes = launch("train", "teacher", "--arch", "vit", "--epochs", "1", *TINY)
+    _written_once(writes)
+    out = {"vit": vit}
+    for arch in ("swin", "cnn"):  # copied into the launches' home, where the students look their teacher up
+        run = smoke_teacher(arch)
+        out[arch] = Path(shutil.copytree(run.dir, launch.home / "runs" / run.dir.name))
     return out
 
 
