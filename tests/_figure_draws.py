@@ -1,6 +1,6 @@
 """Test figures for tests/test_schedule.py's drawing test, in a module of their own so that spawned drawing workers
 import them (``workbench.figures.render`` imports a figure's module in the worker). Each table reads a ``test.*`` data
-of :mod:`_figure_data`, takes 0.3 s and logs which process drew it to ``$PREPARE_TEST_LOG.draws``.
+of :mod:`_figure_data`, takes 0.1 s and logs which process drew it to ``$PREPARE_TEST_LOG.draws``.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ LATE = ("test.fig_timed",)
 
 
 def _drawn_by(ds: xr.Dataset, name: str) -> Table:
-    time.sleep(0.3)
+    time.sleep(0.1)
     with open(os.environ["PREPARE_TEST_LOG"] + ".draws", "a") as f:
         f.write(json.dumps({"id": name, "pid": os.getpid()}) + "\n")
     return Table(pd.DataFrame({"value": [int(ds["value"][0])]}), title=name)
 
 
 def register() -> None:
-    for n, name in enumerate(EARLY):  # two independent data steps: the preparation runs them in its pool of workers
-        figure(name, paper="test", caption="a test table", data="test.a" if n % 2 else "test.c", kind="table",
+    for name in EARLY:
+        figure(name, paper="test", caption="a test table", data="test.c", kind="table",
                plot=lambda ds, name=name: _drawn_by(ds, name))
     figure(LATE[0], paper="test", caption="a table of the timing step", data="test.timing", kind="table",
            plot=lambda ds: _drawn_by(ds, LATE[0]))

@@ -172,8 +172,8 @@ def test_cli_errors(far_runs, tmp_path, capsys):
 
 def test_far_figures_smoke(far_runs, tmp_path):
     out = tmp_path / "figs"
-    # --jobs 1: spawned workers import torch each; the pool's path through the CLI (data steps in workers, drawing
-    # beside the timing step) is test_schedule's, on test data
+    # --jobs 1: spawned workers import torch each; the pool (tests/test_schedule.py) and drawing beside a timing step
+    # through the CLI (test_schedule's last test) are tested on test data
     assert main(["figures", "far", "--profile", "smoke", "--device", "cpu", "--jobs", "1", "--out", str(out)]) == 0
     for name in ("far.fig4.png", "far.fig5.png", "far.fig6.png", "far.fig9.png", "far.fig14.png", "far.agreement.png", "far.order_bias.png",
                  "far.table1.md", "far.table2.csv", "far.table3.md"):

@@ -44,7 +44,7 @@ def teacher_logits(teacher: nn.Module, images: torch.Tensor, key: str | None) ->
         with torch.no_grad():
             return teacher(images)
     x = images.detach().contiguous()
-    digest = hashlib.blake2b(x.numpy().tobytes(), digest_size=20).digest()
+    digest = hashlib.blake2b(x.cpu().numpy().tobytes(), digest_size=20).digest()  # (on the CPU: checked above)
     slot = (key, tuple(x.shape), str(x.dtype), digest)
     if (out := _MEMO.get(slot)) is not None:
         _MEMO.move_to_end(slot)
