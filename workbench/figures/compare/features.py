@@ -49,7 +49,7 @@ class FeaturesBudget:
 BUDGETS = {
     "demo": FeaturesBudget("demo:train[::4]", epochs=3, width=128, k=16, candidates=8, effect_every=5),
     "smoke": FeaturesBudget("demo:train[::40]", epochs=1, width=64, k=8, batch_images=16, candidates=4, show=2,
-                            min_lost=2, effect_every=1),
+                            min_lost=2, effect_every=5),  # effects on 25 of the 125 held-out images
     "paper": FeaturesBudget("demo:train[::2]", epochs=4, width=1024, k=32),
 }
 
