@@ -47,7 +47,10 @@ class ExplainBudget:
 METHODS = ("generic_attention", "chefer_lrp", "attnlrp", "rollout", "raw_attention", "gradcam", "legrad", "saliency")
 BUDGETS = {
     "demo": ExplainBudget("demo:val[::10]", (5, 35, 65, 95), METHODS),
-    "smoke": ExplainBudget("demo:val[50::200]", (0, 2, 4), METHODS, perturb_every=2),
+    # smoke: one explainer of each family the verdicts compare (Chefer's / AttnLRP, the field's baselines, gradients);
+    # every explainer on every model form is tests/test_explain_forms.py's
+    "smoke": ExplainBudget("demo:val[50::200]", (0, 2, 4), ("generic_attention", "attnlrp", "rollout", "gradcam",
+                                                             "saliency"), perturb_every=2),
     "paper": ExplainBudget("demo:val[::10]", (5, 35, 65, 95), METHODS),
 }
 SHOWN = 2  # digits the figure shows (of the budget's ``shown``)
