@@ -129,9 +129,11 @@ def agreement_data(ctx: Context) -> xr.Dataset:
                              normalize=("view", [v.attrs.get("normalize", "row") for v in views.values()]))  # keeps 1st
 
 
-@dataset("far.table3", after=("teacher.vit",))
+@dataset("far.table3", after=("teacher.vit", "far.table3_seeds"))
 def table3_data(ctx: Context) -> xr.Dataset:
-    """The four Table 3 schedules with the profile's short ablation budget: accuracy after distillation / finetuning."""
+    """The four Table 3 schedules with the profile's short ablation budget: accuracy after distillation / finetuning.
+    After ``far.table3_seeds``, which trains these runs (its first seed): started beside it, this step waited for the
+    runs it was training (85 s of an idle core in a cold ``workbench figures --all``)."""
     paper = ctx.paper("far")["table3"]  # methods.far.PAPER_TABLE3
     teacher = ctx.teacher("vit")
     runs = {s: ctx.run("far", teacher.id, schedule=s, prune=False, table3=True) for s in SCHEDULES}
@@ -153,8 +155,8 @@ def table3_data(ctx: Context) -> xr.Dataset:
 def table3_seeds_data(ctx: Context) -> xr.Dataset:
     """Per-seed held-out correctness ``correct(arm, seed, sample)`` of the Table 3 runs (``arm``: the schedule): every
     schedule on the budget's first seed (``far.table3``'s runs), the budget's ``ablation_seed_schedules`` on every seed
-    of ``ablation_seeds`` (:mod:`workbench.figures.seeds`). The other seeds train first, the first seed last (reused:
-    ``far.table3`` trains it meanwhile)."""
+    of ``ablation_seeds`` (:mod:`workbench.figures.seeds`). The other seeds train first, the first seed last
+    (``far.table3`` reads them after this step)."""
     from workbench.figures.seeds import correctness_by_seed
 
     teacher = ctx.teacher("vit")
