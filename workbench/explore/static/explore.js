@@ -15,10 +15,7 @@ function imageBox(pixelsOf) {
   const ibox = el("div", "wbx-panel");
   ibox.appendChild(el("div", "wbx-label", "image"));
   ibox.appendChild(el("div", "wbx-sub wbx-note", pixelsOf));
-  const ic = document.createElement("canvas");
-  ic.width = PANEL;
-  ic.height = PANEL;
-  ic.className = "wbx-canvas wbx-image";
+  const ic = canvasOf(PANEL, PANEL, "wbx-canvas wbx-image");
   ic.dataset.imageId = pixelsOf;
   ic.dataset.mapImageId = pixelsOf;
   return [ibox, ic];
@@ -69,6 +66,14 @@ function el(tag, cls, text) {
   return e;
 }
 
+// a w x h canvas of class cls (none when omitted)
+function canvasOf(w, h, cls) {
+  const c = el("canvas", cls);
+  c.width = w;
+  c.height = h;
+  return c;
+}
+
 // the image as an offscreen canvas (grey or RGB)
 function imageCanvas(model) {
   const shape = model.get("image_shape") || [];
@@ -76,9 +81,7 @@ function imageCanvas(model) {
   if (shape.length < 2 || !data.length) return null;
   const [h, w] = shape;
   const rgb = shape.length === 3;
-  const c = document.createElement("canvas");
-  c.width = w;
-  c.height = h;
+  const c = canvasOf(w, h);
   const ctx = c.getContext("2d");
   const img = ctx.createImageData(w, h);
   for (let i = 0; i < h * w; i++) {
@@ -163,9 +166,7 @@ function drawPanel(canvas, base, map, grid, vmin, vmax, outline, cell, pruned, o
 
 function colourBar(vmin, vmax, units, diverging_) {
   const box = el("div", "wbx-cbar");
-  const c = document.createElement("canvas");
-  c.width = PANEL;
-  c.height = 10;
+  const c = canvasOf(PANEL, 10);
   const ctx = c.getContext("2d");
   for (let x = 0; x < PANEL; x++) {
     const [r, g, b] = (diverging_ ? diverging : colour)(x / (PANEL - 1));
@@ -194,10 +195,7 @@ function agreementChart(state) {
   const W = 400, H = 124, L = 34, B = 34, PW = W - L - 110; // plot width; the legend at its right
   for (const metric of ["js", "topk"]) {
     const key = perHead ? `${metric}_head` : metric;
-    const c = document.createElement("canvas");
-    c.width = W;
-    c.height = H;
-    c.className = "wbx-chart";
+    const c = canvasOf(W, H, "wbx-chart");
     c.dataset.metric = metric;
     c.dataset.series = key;
     const ctx = c.getContext("2d");
@@ -289,10 +287,7 @@ function explanationView(root, state, base, buffer, pixelsOf) {
       map = null;
     }
     box.appendChild(el("div", wrong || !map ? "wbx-sub wbx-note wbx-bad" : "wbx-sub wbx-note", sub));
-    const c = document.createElement("canvas");
-    c.width = PANEL;
-    c.height = PANEL;
-    c.className = "wbx-canvas wbx-explain";
+    const c = canvasOf(PANEL, PANEL, "wbx-canvas wbx-explain");
     c.dataset.model = p.label;
     c.dataset.method = state.method;
     c.dataset.imageId = pixelsOf;
@@ -369,10 +364,7 @@ function latentView(model, base, pixelsOf, onPick) {
     const p = el("div", "wbx-panel");
     p.appendChild(el("div", "wbx-label", titles[name] || `${name}'s encoding alone`));
     p.appendChild(el("div", wrong ? "wbx-sub wbx-bad" : "wbx-sub", wrong ? `maps of ${lat.image_id} are not drawn over ${pixelsOf}` : lat.image_id));
-    const c = document.createElement("canvas");
-    c.width = PANEL;
-    c.height = PANEL;
-    c.className = "wbx-canvas wbx-latent-map";
+    const c = canvasOf(PANEL, PANEL, "wbx-canvas wbx-latent-map");
     c.dataset.panel = name;
     c.dataset.latent = String(lat.picked);
     c.dataset.mapImageId = lat.image_id;
@@ -448,10 +440,7 @@ function render({ model, el: root }) {
         map = null;
       }
       box.appendChild(el("div", wrong ? "wbx-sub wbx-note wbx-bad" : "wbx-sub wbx-note", sub));
-      const c = document.createElement("canvas");
-      c.width = PANEL;
-      c.height = PANEL;
-      c.className = "wbx-canvas wbx-map";
+      const c = canvasOf(PANEL, PANEL, "wbx-canvas wbx-map");
       c.dataset.model = p.label;
       c.dataset.imageId = pixelsOf;
       c.dataset.mapImageId = p.image_id;
@@ -497,10 +486,7 @@ function render({ model, el: root }) {
       const has = s.heads ? s.heads[l] : H;
       for (let h = 0; h < H; h++) {
         if (h >= has) { grid.appendChild(el("div", "wbx-nohead")); continue; } // a head this layer does not have
-        const c = document.createElement("canvas");
-        c.width = THUMB;
-        c.height = THUMB;
-        c.className = "wbx-thumb";
+        const c = canvasOf(THUMB, THUMB, "wbx-thumb");
         c.dataset.layer = String(l);
         c.dataset.head = String(h);
         c.dataset.pruned = s.pruned[l][h] === 1 ? "1" : "0";
