@@ -53,12 +53,21 @@ def _mark(ax, cell, grid, extent, colour: str = "red", size=(1, 1)) -> None:
 
 def draw(view: dict, *, figsize_per_panel: float = 2.6):
     """Draw an explorer view (:meth:`ExploreState.view`); returns the figure."""
-    panels = view["panels"]
-    n = len(panels)
+    n = len(view["panels"])
     strip = np.asarray(view["strip"])  # (L, H, gh, gw)
-    n_l, n_h = strip.shape[:2]
+    n_l = strip.shape[0]
     fig = plt.figure(figsize=(figsize_per_panel * (n + 1), figsize_per_panel * 2.4 + 0.35 * n_l), layout="constrained")
     top, middle, bottom = fig.subfigures(3, 1, height_ratios=[1.25, 0.8, 0.25 * n_l + 0.3])
+    _draw_panels(fig, top, view)
+    _draw_agreement(middle, view)
+    _draw_thumbnails(fig, bottom, view, strip)
+    return fig
+
+
+def _draw_panels(fig, top, view: dict) -> None:
+    """The image with the query marked, then each model's map over it, one colour bar each."""
+    panels = view["panels"]
+    n = len(panels)
     axes = top.subplots(1, n + 1)
     image = np.asarray(view["image"])
     extent = _extent(image)
@@ -90,7 +99,11 @@ def draw(view: dict, *, figsize_per_panel: float = 2.6):
         ax.set_yticks([])
     axes[0].set_xlabel("x (pixels)", fontsize=7)
     axes[0].set_ylabel("y (pixels)", fontsize=7)
-    # agreement strip
+
+
+def _draw_agreement(middle, view: dict) -> None:
+    """Jensen–Shannon and top-10 % overlap of each student's row with the reference's, per reference layer."""
+    panels = view["panels"]
     ax_js, ax_top = middle.subplots(1, 2)
     layers = np.arange(len(view["ref_layers"]))
     for label, d in view["agreement"].items():
@@ -112,7 +125,11 @@ def draw(view: dict, *, figsize_per_panel: float = 2.6):
         ax.tick_params(labelsize=6)
     if view["agreement"]:
         ax_top.legend(fontsize=6)
-    # layer x head thumbnails (each scaled to its own max)
+
+
+def _draw_thumbnails(fig, bottom, view: dict, strip: np.ndarray) -> None:
+    """Every layer x head map for the query, each scaled to its own max; pruned pairs grey."""
+    n_l, n_h = strip.shape[:2]
     ax = bottom.subplots(1, 1)
     gh, gw = strip.shape[2:]
     mosaic = np.full((n_l * (gh + 1), n_h * (gw + 1)), np.nan)
@@ -135,7 +152,6 @@ def draw(view: dict, *, figsize_per_panel: float = 2.6):
     cb = fig.colorbar(im, ax=ax, fraction=0.02)
     cb.set_label("share of the thumbnail's max", fontsize=6)
     cb.ax.tick_params(labelsize=6)
-    return fig
 
 
 def save_view(view: dict, path: str | Path) -> Path:
