@@ -25,7 +25,8 @@ from workbench.store import open_store, save
 
 # The shared dims of docs/conventions.md.
 DESIGN_DIMS = {"model", "sample", "layer", "head", "query", "key", "y", "x", "direction", "unit", "branch",
-               "branch_i", "branch_j", "module", "stage", "window", "pair", "basis", "epoch", "step", "run"}
+               "branch_i", "branch_j", "module", "stage", "window", "pair", "basis", "epoch", "step", "run", "token",
+               "channel"}
 
 
 def _cases() -> dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...], list[int]]]:

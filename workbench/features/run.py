@@ -48,7 +48,7 @@ def _pick_block(pairs: dict[str, str], block: int | None) -> tuple[str, str]:
 
 def features(teacher: str, student: str, *, out: str | Path, block: int | None = None,
              groups: Sequence[Sequence[int]] | None = None, images: str = "demo:train", held_out: str = "demo:val",
-             device: str = "auto", **config) -> Path:
+             activations: tuple[str | Path, str | Path] | None = None, device: str = "auto", **config) -> Path:
     """Train (or resume) the crosscoder of ``teacher`` and ``student`` at one block pair; write its diff to ``out``.
 
     Args:
@@ -58,6 +58,8 @@ def features(teacher: str, student: str, *, out: str | Path, block: int | None =
         groups: the student's block correspondence (``groups[i]``: the teacher blocks its block ``i`` replaces);
             None pairs blocks by name.
         images, held_out: image specs of the training and the held-out images.
+        activations: the teacher's and the student's ``activations`` zarr stores (``workbench analyze activations``)
+            to train on instead of ``images`` (:mod:`workbench.features.stored`: bounded memory, computed once).
         **config: fields of :class:`~workbench.features.CrosscoderConfig` (``width``, ``k``, ``epochs``, ...).
 
     Raises:
@@ -91,10 +93,14 @@ def features(teacher: str, student: str, *, out: str | Path, block: int | None =
     t_hook, s_hook = _pick_block(paired_hooks(t.model, s.model, groups), block)
     hooks = {"teacher": t_hook, "student": s_hook}
     models = {"teacher": t.model, "student": s.model}
-    train = load_images(images, input_size=t.input_size, mean=t.mean, std=t.std)
     held = load_images(held_out, input_size=t.input_size, mean=t.mean, std=t.std)
-    cc = train_crosscoder(models, hooks, train.tensor, cfg, checkpoint=out.with_suffix(".crosscoder.safetensors"),
-                          device=dev, progress=True)
+    ckpt = out.with_suffix(".crosscoder.safetensors")
+    if activations is None:
+        train = load_images(images, input_size=t.input_size, mean=t.mean, std=t.std)
+        cc = train_crosscoder(models, hooks, train.tensor, cfg, checkpoint=ckpt, device=dev, progress=True)
+    else:
+        cc, images = _train_from_stores(dict(zip(("teacher", "student"), activations)), hooks,
+                                        {"teacher": t.source, "student": s.source}, cfg, ckpt, dev)
     batches = (paired_tokens(models, hooks, x, dev) for _, x in
                image_batches(held.tensor, cfg.batch_images, seed=0, shuffle=False))
     ds = crosscoder_diff(cc, batches)
@@ -102,6 +108,20 @@ def features(teacher: str, student: str, *, out: str | Path, block: int | None =
         student=json.dumps({k: v for k, v in asdict(s.source).items()}), hooks=json.dumps(hooks),
         train_images=images, held_out_images=held_out, config=json.dumps(config_dict(cfg), sort_keys=True))
     return save(ds, out)
+
+
+def _train_from_stores(stores: dict, hooks: dict, sources: dict, cfg, ckpt: Path, dev):
+    """The crosscoder trained on two activation stores, and a description of their images (for the diff's attrs)."""
+    from workbench.features.stored import open_activations, stored_batches
+    from workbench.features.train import fit_crosscoder
+    from workbench.scale.chunked import read_layout
+
+    arrays = open_activations(stores, hooks, sources)
+    layout, attrs = read_layout(stores["teacher"])
+    batches, steps = stored_batches(arrays, layout.chunk, cfg.batch_images, seed=cfg.seed)
+    meta = {"hooks": json.dumps(hooks), "activations": json.dumps({k: str(v) for k, v in stores.items()})}
+    cc = fit_crosscoder(batches, steps, cfg, checkpoint=ckpt, device=dev, metadata=meta, progress=True)
+    return cc, f"activations stored in {stores['teacher']} and {stores['student']} ({json.loads(attrs['data'])['dataset']})"
 
 
 def add_features_flags(p: argparse.ArgumentParser) -> None:
@@ -115,6 +135,10 @@ def add_features_flags(p: argparse.ArgumentParser) -> None:
                                                   "blocks each student block replaces; default: pair by name)")
     p.add_argument("--images", default="demo:train", help="training images (default: all 4000 demo:train)")
     p.add_argument("--held-out", default="demo:val", help="held-out images of the diff (default: demo:val)")
+    p.add_argument("--teacher-activations", default=None,
+                   help="train on the teacher's activations stored by `workbench analyze activations --layers L --out "
+                        "T.zarr` instead of --images (with --student-activations; bounded memory, computed once)")
+    p.add_argument("--student-activations", default=None, help="the student's activations store (see above)")
     default = CrosscoderConfig()
     for f in fields(CrosscoderConfig):
         if f.name in ("width", "k", "epochs", "batch_images", "lr", "seed", "shared"):
@@ -129,8 +153,13 @@ def add_features_flags(p: argparse.ArgumentParser) -> None:
 def cmd_features(args) -> int:
     opts = {k: getattr(args, k) for k in ("width", "k", "epochs", "batch_images", "lr", "seed", "shared")
             if getattr(args, k) is not None}
+    stores = (args.teacher_activations, args.student_activations)
+    if (stores[0] is None) != (stores[1] is None):
+        raise ValueError("give both --teacher-activations and --student-activations (the two models' stores at the "
+                         "paired blocks over the same images), or neither")
     path = features(args.teacher, args.student, out=args.out, block=args.block, groups=parse_groups(args.groups),
-                    images=args.images, held_out=args.held_out, device=args.device, **opts)
+                    images=args.images, held_out=args.held_out, activations=None if stores[0] is None else stores,
+                    device=args.device, **opts)
     ds = xr.open_dataset(path)
     fve = ", ".join(f"{m} {float(v):.3f}" for m, v in zip(ds.model.values, ds.fve.values))
     designated = f", designated shared {int(ds.n_designated)}" if "n_designated" in ds else ""
