@@ -9,6 +9,11 @@
 
     python benchmarks/crosscoder.py [--images 1024] [--block 5] [--width 512] [--k 16] [--device auto]
     python benchmarks/crosscoder.py --demo [--student far-vit-demo] [--passes 10] [--block 3] [--train-images SPEC]
+    python benchmarks/crosscoder.py --demo --stored DIR   # the same from activations stored once in DIR (zarr)
+
+With ``--stored DIR`` the two models' activations at the block are first streamed into ``DIR/teacher.zarr`` and
+``DIR/student.zarr`` (``workbench analyze activations``; timed, reused when complete), and the trainings read them
+(:mod:`workbench.features.stored`) instead of running the models.
 
 The plain-forward comparison's student is a second random-init ``vit_demo`` (the cost does not depend on the
 weights); ``--demo`` needs the demo runs in ``WORKBENCH_HOME`` (``workbench figures --all`` trains them).
@@ -74,29 +79,66 @@ def child(a: argparse.Namespace) -> None:
     dev = resolve_device(a.device)
     t, s = load_model("teacher-vit-demo", device=dev), load_model(a.student, device=dev)
     hooks = {"teacher": f"blocks.{a.block}.hook_resid_post", "student": f"blocks.{a.block}.hook_resid_post"}
-    images = load_images(a.train_images, input_size=t.input_size, mean=t.mean, std=t.std).tensor
-    before = _rss_mib()
     cfg = CrosscoderConfig(width=a.width, k=a.k, batch_images=a.batch_images, epochs=a.epochs)
-    t0 = time.perf_counter()
-    train_crosscoder({"teacher": t.model, "student": s.model}, hooks, images, cfg, device=dev)
+    if a.stored:
+        from workbench.features import fit_crosscoder
+        from workbench.features.stored import open_activations, stored_batches
+
+        stores = {k: f"{a.stored}/{k}.zarr" for k in hooks}
+        before = _rss_mib()
+        t0 = time.perf_counter()
+        arrays = open_activations(stores, hooks, {"teacher": t.source, "student": s.source})
+        n = next(iter(arrays.values())).sizes["sample"]
+        batches, steps = stored_batches(arrays, a.chunk, a.batch_images, seed=cfg.seed)
+        fit_crosscoder(batches, steps, cfg, device=dev)
+    else:
+        images = load_images(a.train_images, input_size=t.input_size, mean=t.mean, std=t.std).tensor
+        n = len(images)
+        before = _rss_mib()
+        t0 = time.perf_counter()
+        train_crosscoder({"teacher": t.model, "student": s.model}, hooks, images, cfg, device=dev)
     seconds = time.perf_counter() - t0
-    print(json.dumps({"images": len(images) * a.epochs, "seconds": seconds, "rss_before_mib": before,
+    print(json.dumps({"images": n * a.epochs, "seconds": seconds, "rss_before_mib": before,
                       "peak_rss_mib": _rss_mib(), "cpu_threads": torch.get_num_threads()}))
 
 
+def write_stores(a: argparse.Namespace) -> float:
+    """Stream the teacher's and the student's block outputs into ``a.stored`` (reused when complete); seconds."""
+    from pathlib import Path
+
+    from workbench.scale.stream import StreamOptions, stream_analysis
+
+    opts = StreamOptions(layers=(a.block,), batch_size=a.batch_images, chunk=a.chunk, workers=0)
+    t0 = time.perf_counter()
+    for label, ref in (("teacher", "teacher-vit-demo"), ("student", a.student)):
+        stream_analysis("activations", ref, a.train_images, Path(a.stored) / f"{label}.zarr", device=a.device,
+                        opts=opts, progress=False)
+    return time.perf_counter() - t0
+
+
+def _child_run(a: argparse.Namespace, epochs: int, stored: str | None) -> dict:
+    cmd = [sys.executable, __file__, "--child", "--epochs", str(epochs), "--student", a.student, "--train-images",
+           a.train_images, "--block",
+           str(a.block), "--width", str(a.width), "--k", str(a.k), "--batch-images", str(a.batch_images),
+           "--device", a.device, "--chunk", str(a.chunk)] + (["--stored", stored] if stored else [])
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def demo(a: argparse.Namespace) -> None:
-    runs = {}
-    for epochs in sorted({1, a.passes}):
-        cmd = [sys.executable, __file__, "--child", "--epochs", str(epochs), "--student", a.student, "--train-images",
-               a.train_images, "--block",
-               str(a.block), "--width", str(a.width), "--k", str(a.k), "--batch-images", str(a.batch_images),
-               "--device", a.device]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        runs[epochs] = json.loads(out.strip().splitlines()[-1])
+    if a.stored:
+        written = write_stores(a)
+        direct = _child_run(a, 1, None)["seconds"]
+        stored = _child_run(a, 1, a.stored)["seconds"]
+        print(f"one pass over {a.train_images}: {direct:.1f} s from the images (both models run every step), "
+              f"{stored:.1f} s from the stores ({direct / stored:.1f}x faster) after {written:.1f} s writing them once "
+              f"(streamed to {a.stored}; reused by every later training)")
+    runs = {epochs: _child_run(a, epochs, a.stored) for epochs in sorted({1, a.passes})}
     one, many = runs[1], runs[a.passes]
     print(f"demo pair teacher-vit-demo / {a.student}, blocks.{a.block}, width {a.width}, k {a.k}, "
           f"{a.batch_images} images a step, device {a.device}, {one['cpu_threads']} CPU threads")
-    print(f"{one['images']} images ({one['images'] * 50:,} token pairs): {one['seconds']:.0f} s collection + training"
+    what = "training from the stores" if a.stored else "collection + training"
+    print(f"{one['images']} images ({one['images'] * 50:,} token pairs): {one['seconds']:.0f} s {what}"
           + (f" ({'within' if one['seconds'] <= 180 else 'over'} the 3-minute bar)" if one["images"] == 4000 else ""))
     print(f"{many['images']} images: {many['seconds']:.0f} s")
     rise = [r["peak_rss_mib"] - r["rss_before_mib"] for r in (one, many)]
@@ -118,6 +160,8 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=10, help="passes over the images of the memory comparison")
     ap.add_argument("--train-images", default="demo:train", help="image spec of the --demo trainings (default: all "
                                                                   "4000 demo:train)")
+    ap.add_argument("--stored", default=None, help="--demo from activations stored in this folder (written first)")
+    ap.add_argument("--chunk", type=int, default=128, help="images per store chunk (--stored)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--epochs", type=int, default=1, help=argparse.SUPPRESS)
     a = ap.parse_args()
