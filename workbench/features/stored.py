@@ -115,7 +115,7 @@ def stored_batches(arrays: Mapping[str, xr.DataArray], chunk: int, batch_images:
         for lo in range(0, n_chunks, buffer_chunks):
             parts = [[np.asarray(a[c * chunk:min(n, (c + 1) * chunk)], np.float32) for c in order[lo:lo + buffer_chunks]]
                      for a in arrays.values()]  # per model: the group's chunks, each (images, token, channel)
-            perm = torch.randperm(sum(len(p) for p in parts[0]), generator=g).numpy()
+            perm = torch.randperm(sum(len(p) for p in parts[0]), generator=g).cpu().numpy()
             pool = [np.concatenate([rest, np.concatenate(p)[perm]]) for rest, p in zip(left, parts)]
             last = lo + buffer_chunks >= n_chunks
             cut = len(pool[0]) if last else len(pool[0]) // batch_images * batch_images
