@@ -18,12 +18,19 @@ from workbench.features.stored import stored_batches
 pytestmark = pytest.mark.filterwarnings("ignore::workbench.provenance.RandomInitWarning")  # vit_demo: seeded random weights
 
 
-@pytest.mark.parametrize("shape, name", [((2, 5, 8), "blocks.0.hook_resid_post"),
-                                         ((2, 3, 4, 8), "layers.0.blocks.1.hook_resid_post"),
-                                         ((2, 8, 3, 4), "stages.1.hook_out")])
-def test_extractor_rows_are_the_rows_features_reads(shape, name):
+@pytest.mark.parametrize("shape, name, reference", [
+    ((2, 5, 8), "blocks.0.hook_resid_post", lambda v: v),  # ViT: tokens in sequence order
+    ((2, 3, 4, 8), "layers.0.blocks.1.hook_resid_post", lambda v: v.reshape(2, 12, 8)),  # Swin (B, H, W, C)
+    ((2, 8, 3, 4), "stages.1.hook_out", lambda v: v.permute(0, 2, 3, 1).reshape(2, 12, 8)),  # CNN (B, C, H, W)
+])
+def test_extractor_rows_are_positions_row_major_and_the_rows_features_reads(shape, name, reference):
     value = torch.randn(shape, generator=torch.Generator().manual_seed(0))
-    assert torch.equal(rows_of(value, name).flatten(0, 1), token_rows(value, name))
+    rows = rows_of(value, name)
+    assert torch.equal(rows, reference(value))
+    if value.ndim == 4:  # position (h, w) is row h·W + w
+        cell = value[1, 2, 3] if not name.endswith(".hook_out") else value[1, :, 2, 3]
+        assert torch.equal(rows[1, 2 * 4 + 3], cell)
+    assert torch.equal(token_rows(value, name), rows.flatten(0, 1))
 
 
 def _indexed(n: int, tokens: int = 3, channels: int = 2) -> xr.DataArray:

@@ -21,9 +21,9 @@ from typing import Iterator, Mapping, Sequence
 
 import torch
 import torch.nn as nn
-from einops import rearrange
 
 from methods.hooks import run_with_cache
+from workbench.analysis.activations import rows_of
 from workbench.analysis.teacher_vs_students import block_pairs, representation_names
 
 __all__ = ["ImageSource", "paired_hooks", "token_rows", "hook_value", "image_batches", "paired_tokens"]
@@ -54,14 +54,9 @@ def _block(name: str) -> str:
 
 
 def token_rows(value: torch.Tensor, name: str) -> torch.Tensor:
-    """``(tokens, D)`` rows of one hook value (module docstring, "Tokens")."""
-    if value.ndim == 3:
-        return rearrange(value, "b t d -> (b t) d")
-    if value.ndim == 4 and name.endswith(".hook_out"):  # CNN stage: channels first
-        return rearrange(value, "b c h w -> (b h w) c")
-    if value.ndim == 4:  # Swin: channels last
-        return rearrange(value, "b h w c -> (b h w) c")
-    raise ValueError(f"{name}: a value of shape {tuple(value.shape)} is neither tokens nor a feature map")
+    """``(tokens, D)`` rows of one hook value (module docstring, "Tokens"): the ``activations`` extractor's
+    :func:`~workbench.analysis.activations.rows_of`, images flattened into the rows."""
+    return rows_of(value, name).flatten(0, 1)  # (B, T, D) -> (B·T, D)
 
 
 @torch.no_grad()
