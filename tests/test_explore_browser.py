@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -80,25 +81,33 @@ def _notebook(path: Path, cells: list[str]) -> None:
     nbformat.write(nb, path)
 
 
-@pytest.fixture
-def lab(tmp_path, workbench_home):
-    """A JupyterLab server on a free port, serving ``tmp_path`` (token auth); yields its base URL and token."""
+class Lab(NamedTuple):
+    url: str  # the server's base URL
+    token: str  # its token
+    root: Path  # the folder it serves (the notebooks' and their kernels' working directory)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, workbench_home):
+    """One JupyterLab server on a free port for this module's tests (token auth), serving a folder of their notebooks;
+    each test opens its own notebook (its own kernel, shut down after the test) in a workspace of its own."""
     if not CHROMIUM.exists():
         pytest.skip("no Chromium at /usr/bin/chromium (install Debian's: apt-get install -y chromium; .ci/run does)")
     pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[dev]')")
-    _notebook(tmp_path / "explore.ipynb", CELLS)
-    _notebook(tmp_path / "walkthrough.ipynb", NOTEBOOK_CELLS)
-    _notebook(tmp_path / "slimswin.ipynb", SLIM_CELLS)
+    root = tmp_path_factory.mktemp("lab")
+    _notebook(root / "explore.ipynb", CELLS)
+    _notebook(root / "walkthrough.ipynb", NOTEBOOK_CELLS)
+    _notebook(root / "slimswin.ipynb", SLIM_CELLS)
     port, token = _free_port(), secrets.token_hex(16)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "WORKBENCH_HOME": str(workbench_home), "MPLBACKEND": "Agg", "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
-    log = open(tmp_path / "lab.log", "w")
+           "WORKBENCH_HOME": str(workbench_home), "MPLBACKEND": "Agg", "JUPYTER_CONFIG_DIR": str(root / "cfg"), "JUPYTER_RUNTIME_DIR": str(root / "runtime")}
+    log = open(root / "lab.log", "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
          "--allow-root", "--LabApp.news_url=", "--LabApp.extension_manager=readonly",
          "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(120):
@@ -108,11 +117,11 @@ def lab(tmp_path, workbench_home):
                 break
             except OSError:
                 if proc.poll() is not None:
-                    raise RuntimeError((tmp_path / "lab.log").read_text()[-2000:]) from None
+                    raise RuntimeError((root / "lab.log").read_text()[-2000:]) from None
                 time.sleep(1)
         else:
-            raise RuntimeError("JupyterLab did not start in 120 s: " + (tmp_path / "lab.log").read_text()[-2000:])
-        yield url, token
+            raise RuntimeError("JupyterLab did not start in 120 s: " + (root / "lab.log").read_text()[-2000:])
+        yield Lab(url, token, root)
     finally:
         proc.terminate()
         try:
@@ -122,6 +131,28 @@ def lab(tmp_path, workbench_home):
         log.close()
 
 
+@pytest.fixture(scope="module")
+def chromium(lab):
+    """One headless Chromium for this module's tests (each gets a browser context of its own)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=FLAGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def _shutdown_kernels(lab: Lab) -> None:
+    """Stop every kernel of the server (a test's explorer may still compute in the background)."""
+    with urllib.request.urlopen(f"{lab.url}/api/kernels?token={lab.token}", timeout=10) as r:
+        kernels = json.loads(r.read())
+    for k in kernels:
+        req = urllib.request.Request(f"{lab.url}/api/kernels/{k['id']}?token={lab.token}", method="DELETE")
+        urllib.request.urlopen(req, timeout=30).close()
+
+
 def _shots(tmp_path: Path) -> Path:
     """Where screenshots go: ``EXPLORE_SCREENSHOTS`` (a folder), else the test's temporary directory."""
     folder = Path(os.environ.get("EXPLORE_SCREENSHOTS", tmp_path))
@@ -129,13 +160,14 @@ def _shots(tmp_path: Path) -> Path:
     return folder
 
 
-def _open(pw, url: str, token: str, notebook: str, cells: list[str], shots: Path, width: int = 1400):
-    """Open ``notebook`` in JupyterLab in Chromium, run its cells, wait for the widgets; returns (browser, page, console)."""
-    browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=FLAGS)
-    page = browser.new_page(viewport={"width": width, "height": 1300})
+def _open(browser, lab: Lab, notebook: str, cells: list[str], shots: Path, width: int = 1400):
+    """Open ``notebook`` in JupyterLab in a fresh browser context and workspace, run its cells, wait for the widgets;
+    returns (page, console). Close it with :func:`_close`."""
+    page = browser.new_context(viewport={"width": width, "height": 1300}).new_page()
     console: list[str] = []
     page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
-    page.goto(f"{url}/lab/tree/{notebook}?token={token}", timeout=120_000)
+    workspace = Path(notebook).stem  # a workspace of its own: nothing of another test's notebooks is restored
+    page.goto(f"{lab.url}/lab/workspaces/{workspace}/tree/{notebook}?token={lab.token}&reset", timeout=120_000)
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
     page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=120_000)  # the kernel is up
     page.locator(".jp-Cell .jp-InputArea-editor").first.click()
@@ -146,33 +178,34 @@ def _open(pw, url: str, token: str, notebook: str, cells: list[str], shots: Path
         page.wait_for_selector("canvas.wbx-map", timeout=int(os.environ.get("EXPLORE_RENDER_TIMEOUT_MS", 240_000)))
     except Exception:
         page.screenshot(path=str(shots / f"{notebook}-failure.png"))
-        browser.close()
+        _close(page, lab)
         raise AssertionError("the widget never rendered; browser console:\n" + "\n".join(console[-30:])) from None
-    return browser, page, console
+    return page, console
 
 
-def test_click_a_patch_in_jupyterlab(lab, tmp_path):
-    from playwright.sync_api import sync_playwright
+def _close(page, lab: Lab) -> None:
+    page.context.close()
+    _shutdown_kernels(lab)
 
-    url, token = lab
+
+def test_click_a_patch_in_jupyterlab(lab, chromium, tmp_path):
     shot = Path(os.environ.get("EXPLORE_SCREENSHOT", _shots(tmp_path) / "explore.png"))
-    with sync_playwright() as pw:
-        browser, page, _ = _open(pw, url, token, "explore.ipynb", CELLS, shot.parent)
-        try:
-            page.wait_for_function("() => document.querySelectorAll('canvas.wbx-map').length === 3", timeout=60_000)
-            query = page.locator(".wbx-query").inner_text()
-            before = page.evaluate(PIXELS)
-            teacher = page.locator("canvas.wbx-map[data-model='teacher']")
-            box = teacher.bounding_box()
-            # the top-left patch (the default query is the centre one)
-            page.mouse.click(box["x"] + 0.08 * box["width"], box["y"] + 0.08 * box["height"])
-            page.wait_for_function(f"() => document.querySelector('.wbx-query').innerText !== {json.dumps(query)}",
-                                   timeout=60_000)
-            after_query = page.locator(".wbx-query").inner_text()
-            after = page.evaluate(PIXELS)
-            page.locator(".wbx").first.screenshot(path=str(shot))
-        finally:
-            browser.close()
+    page, _ = _open(chromium, lab, "explore.ipynb", CELLS, shot.parent)
+    try:
+        page.wait_for_function("() => document.querySelectorAll('canvas.wbx-map').length === 3", timeout=60_000)
+        query = page.locator(".wbx-query").inner_text()
+        before = page.evaluate(PIXELS)
+        teacher = page.locator("canvas.wbx-map[data-model='teacher']")
+        box = teacher.bounding_box()
+        # the top-left patch (the default query is the centre one)
+        page.mouse.click(box["x"] + 0.08 * box["width"], box["y"] + 0.08 * box["height"])
+        page.wait_for_function(f"() => document.querySelector('.wbx-query').innerText !== {json.dumps(query)}",
+                               timeout=60_000)
+        after_query = page.locator(".wbx-query").inner_text()
+        after = page.evaluate(PIXELS)
+        page.locator(".wbx").first.screenshot(path=str(shot))
+    finally:
+        _close(page, lab)
     assert query == "query: patch (3, 3)"
     assert after_query == "query: patch (0, 0)"
     assert len(before) == len(after) == 3
@@ -222,37 +255,33 @@ def _check_one_image(shown: dict, image_id: str, grey: np.ndarray) -> None:
     np.testing.assert_allclose(np.array(shown["grey"], float).reshape(7, 7), grey, atol=1)  # the pixels are that image's
 
 
-def test_notebook_walkthrough_keeps_controls_pixels_and_maps_on_one_image(lab, tmp_path):
+def test_notebook_walkthrough_keeps_controls_pixels_and_maps_on_one_image(lab, chromium, tmp_path):
     """notebooks/07_explore.ipynb's calls: the widget, ``w.state.select(image=1, query=(3, 4), layer=2)`` from code,
     then a click: the sliders, the title, the pixels and every panel's map are image 1's, at a width of 1100 px."""
-    from playwright.sync_api import sync_playwright
-
-    url, token = lab
     shots = _shots(tmp_path)
     spec = "demo:val[::400]"
     id0, grey0 = _expected(spec, 0)
     id1, grey1 = _expected(spec, 1)
     assert id0 != id1 and not np.allclose(grey0, grey1)
-    with sync_playwright() as pw:
-        browser, page, console = _open(pw, url, token, "walkthrough.ipynb", NOTEBOOK_CELLS, shots, width=1100)
-        try:
-            page.wait_for_function("() => document.querySelector('.wbx-query') && "
-                                   "document.querySelector('.wbx-query').innerText === 'query: patch (3, 4)'",
-                                   timeout=120_000)
-            selected = page.evaluate(SHOWN)
-            page.locator(".jp-OutputArea-output:has(.wbx)").first.screenshot(path=str(shots / "walkthrough-selected.png"))
-            far = page.locator("canvas.wbx-map[data-model='FAR']").bounding_box()
-            page.mouse.click(far["x"] + (5.5 / 7) * far["width"], far["y"] + (1.5 / 7) * far["height"])  # patch (1, 5)
-            page.wait_for_function("() => document.querySelector('.wbx-query').innerText === 'query: patch (1, 5)'",
-                                   timeout=60_000)
-            page.mouse.move(far["x"] + 0.5 * far["width"], far["y"] + 0.5 * far["height"])  # the value read-out
-            clicked = page.evaluate(SHOWN)
-            readout = page.locator(".wbx-readout").inner_text()
-            page.locator(".jp-OutputArea-output:has(.wbx)").first.screenshot(path=str(shots / "walkthrough-clicked.png"))
-            explained = _explanations(page, "explanations", "generic_attention", shots)  # the same image, explained
-            saliency = _explanations(page, None, "saliency", shots)
-        finally:
-            browser.close()
+    page, console = _open(chromium, lab, "walkthrough.ipynb", NOTEBOOK_CELLS, shots, width=1100)
+    try:
+        page.wait_for_function("() => document.querySelector('.wbx-query') && "
+                               "document.querySelector('.wbx-query').innerText === 'query: patch (3, 4)'",
+                               timeout=120_000)
+        selected = page.evaluate(SHOWN)
+        page.locator(".jp-OutputArea-output:has(.wbx)").first.screenshot(path=str(shots / "walkthrough-selected.png"))
+        far = page.locator("canvas.wbx-map[data-model='FAR']").bounding_box()
+        page.mouse.click(far["x"] + (5.5 / 7) * far["width"], far["y"] + (1.5 / 7) * far["height"])  # patch (1, 5)
+        page.wait_for_function("() => document.querySelector('.wbx-query').innerText === 'query: patch (1, 5)'",
+                               timeout=60_000)
+        page.mouse.move(far["x"] + 0.5 * far["width"], far["y"] + 0.5 * far["height"])  # the value read-out
+        clicked = page.evaluate(SHOWN)
+        readout = page.locator(".wbx-readout").inner_text()
+        page.locator(".jp-OutputArea-output:has(.wbx)").first.screenshot(path=str(shots / "walkthrough-clicked.png"))
+        explained = _explanations(page, "explanations", "generic_attention", shots)  # the same image, explained
+        saliency = _explanations(page, None, "saliency", shots)
+    finally:
+        _close(page, lab)
     for shown in (selected, clicked):
         assert (shown["image"], shown["layer"], shown["head"]) == ("1", "2", "mean over heads"), shown
         _check_one_image(shown, id1, grey1)
@@ -290,28 +319,24 @@ def _explanations(page, view: str | None, method: str, shots: Path) -> tuple[dic
     return shown, panels
 
 
-def test_slimswin_window_with_every_head_pruned_is_greyed(lab, tmp_path):
-    from playwright.sync_api import sync_playwright
-
-    url, token = lab
+def test_slimswin_window_with_every_head_pruned_is_greyed(lab, chromium, tmp_path):
     shots = _shots(tmp_path)
     saturation = """(model) => { const c = document.querySelector(`canvas.wbx-map[data-model='${model}']`);
       const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let s = 0;
       for (let i = 0; i < d.length; i += 4) s += Math.max(d[i], d[i+1], d[i+2]) - Math.min(d[i], d[i+1], d[i+2]);
       return [c.dataset.pruned, s / (d.length / 4)]; }"""
-    with sync_playwright() as pw:
-        browser, page, _ = _open(pw, url, token, "slimswin.ipynb", SLIM_CELLS, shots)
-        try:
-            page.wait_for_function("() => document.querySelectorAll('canvas.wbx-map').length === 2", timeout=60_000)
-            strip = page.evaluate("() => document.querySelector('.wbx-control-strip select').selectedOptions[0].textContent.replace(/\u00a0/g, ' ')")
-            head_options = page.evaluate("() => Array.from(document.querySelector('.wbx-control-head select').options).map(o => o.textContent.replace(/\u00a0/g, ' '))")
-            slim, teacher = page.evaluate(saturation, "SlimSwin"), page.evaluate(saturation, "teacher")
-            thumbs = page.evaluate("""() => Array.from(document.querySelectorAll('canvas.wbx-thumb')).map(
-                c => [Number(c.dataset.layer), Number(c.dataset.head), c.dataset.pruned])""")
-            sub = page.locator("canvas.wbx-map[data-model='SlimSwin']").locator("xpath=..").inner_text()
-            page.locator(".jp-OutputArea-output:has(.wbx)").first.screenshot(path=str(shots / "slimswin-pruned.png"))
-        finally:
-            browser.close()
+    page, _ = _open(chromium, lab, "slimswin.ipynb", SLIM_CELLS, shots)
+    try:
+        page.wait_for_function("() => document.querySelectorAll('canvas.wbx-map').length === 2", timeout=60_000)
+        strip = page.evaluate("() => document.querySelector('.wbx-control-strip select').selectedOptions[0].textContent.replace(/\u00a0/g, ' ')")
+        head_options = page.evaluate("() => Array.from(document.querySelector('.wbx-control-head select').options).map(o => o.textContent.replace(/\u00a0/g, ' '))")
+        slim, teacher = page.evaluate(saturation, "SlimSwin"), page.evaluate(saturation, "teacher")
+        thumbs = page.evaluate("""() => Array.from(document.querySelectorAll('canvas.wbx-thumb')).map(
+            c => [Number(c.dataset.layer), Number(c.dataset.head), c.dataset.pruned])""")
+        sub = page.locator("canvas.wbx-map[data-model='SlimSwin']").locator("xpath=..").inner_text()
+        page.locator(".jp-OutputArea-output:has(.wbx)").first.screenshot(path=str(shots / "slimswin-pruned.png"))
+    finally:
+        _close(page, lab)
     assert strip == "SlimSwin"  # selected from code before the widget was shown
     assert head_options == ["mean over heads"] + [f"head {h}" for h in range(6)]  # layer 2 has 6 heads
     assert slim[0] == "1" and teacher[0] == "0"
@@ -341,32 +366,28 @@ LATENTS_SHOWN = """() => ({
   image: document.querySelector('canvas.wbx-image').dataset.imageId })"""
 
 
-def test_latent_view_lists_a_tokens_latents_and_shows_a_picked_one(lab, tmp_path):
+def test_latent_view_lists_a_tokens_latents_and_shows_a_picked_one(lab, chromium, tmp_path):
     """The latent view of a (random-dictionary) crosscoder: the clicked token's latents listed with their class, the
     most active one's maps drawn over the same image; a row click shows another latent."""
-    from playwright.sync_api import sync_playwright
-
     sys.path.insert(0, str(ROOT / "tests"))
-    url, token = lab
     shots = _shots(tmp_path)
     cells = [c.replace("from test_explore_latents", "import sys; sys.path.insert(0, %r)\nfrom test_explore_latents"
                        % str(ROOT / "tests")) for c in LATENT_CELLS]
-    _notebook(tmp_path / "latents.ipynb", cells)
-    with sync_playwright() as pw:
-        browser, page, _ = _open(pw, url, token, "latents.ipynb", cells, shots, width=1100)
-        try:
-            page.wait_for_selector("canvas.wbx-latent-map", timeout=120_000)
-            page.wait_for_function("() => document.querySelector('.wbx-query').innerText === 'query: patch (2, 3)'",
-                                   timeout=60_000)
-            first = page.evaluate(LATENTS_SHOWN)
-            other = first["rows"][-1][0]
-            page.locator(f"tr.wbx-latent-row[data-latent='{other}']").click()
-            page.wait_for_function(f"() => document.querySelector('tr.wbx-picked') && "
-                                   f"document.querySelector('tr.wbx-picked').dataset.latent === '{other}'", timeout=60_000)
-            picked = page.evaluate(LATENTS_SHOWN)
-            page.locator(".jp-OutputArea-output:has(.wbx)").first.screenshot(path=str(shots / "latents.png"))
-        finally:
-            browser.close()
+    _notebook(lab.root / "latents.ipynb", cells)
+    page, _ = _open(chromium, lab, "latents.ipynb", cells, shots, width=1100)
+    try:
+        page.wait_for_selector("canvas.wbx-latent-map", timeout=120_000)
+        page.wait_for_function("() => document.querySelector('.wbx-query').innerText === 'query: patch (2, 3)'",
+                               timeout=60_000)
+        first = page.evaluate(LATENTS_SHOWN)
+        other = first["rows"][-1][0]
+        page.locator(f"tr.wbx-latent-row[data-latent='{other}']").click()
+        page.wait_for_function(f"() => document.querySelector('tr.wbx-picked') && "
+                               f"document.querySelector('tr.wbx-picked').dataset.latent === '{other}'", timeout=60_000)
+        picked = page.evaluate(LATENTS_SHOWN)
+        page.locator(".jp-OutputArea-output:has(.wbx)").first.screenshot(path=str(shots / "latents.png"))
+    finally:
+        _close(page, lab)
     assert len(first["rows"]) >= 2, first
     assert first["picked"] == [first["rows"][0][0]]  # the most active latent is shown first
     classes = {"shared", "teacher-only", "student-only", "partial"}

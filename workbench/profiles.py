@@ -44,7 +44,7 @@ class Profile:
 
 PROFILES: dict[str, Profile] = {
     "demo": Profile("demo", None, None),
-    "smoke": Profile("smoke", 256, 128, analysis_images="demo:val[:2]"),
+    "smoke": Profile("smoke", 128, 64, analysis_images="demo:val[:2]"),
     "paper": Profile("paper", None, None, is_paper=True),
 }
 

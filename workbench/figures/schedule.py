@@ -253,8 +253,12 @@ def _run_step(step_id: str, module: str, profile: str, device: str, force: bool,
     from workbench.figures import load_all
     from workbench.figures.context import Context
 
-    load_all()  # a spawned process starts with empty registries
-    importlib.import_module(module)  # where the step is registered (a test's module, say)
+    # A spawned process starts with empty registries. The workbench's own steps read each other's registrations
+    # (compare's students are every method's), so every figure module is imported; a step registered elsewhere (a
+    # user's module, a test's) gets its own module's imports, and Context.data loads the rest on an unknown id.
+    importlib.import_module(module)
+    if module.startswith(f"{__package__}."):
+        load_all()
     logger = logging.getLogger(LOGGER)
 
     def on_epoch(run, epoch: int, metrics: dict) -> None:

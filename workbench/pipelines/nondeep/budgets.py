@@ -54,6 +54,7 @@ class NonDeepBudget:
     analysis_images: str = "demo:val"  # images of the similarity analyses (demo:val is sorted by class: take all)
     eval_images: str = "demo:val"  # images scoring the collapse variants' top-1 and float32 error (the held-out set)
     exact_images: str = "demo:val[:100]"  # images of the float64 collapse errors (costly on a CPU; exactness needs few)
+    collapse_check_images: int = 64  # held-out images of each collapsed run's own float64 / float32 collapse check
     table1_branches: tuple[int, ...] = (2, 3, 4)  # real-size DeiT-Tiny compressions of Table 1 (6 / 4 / 3 blocks)
     real_img_size: int = 224  # input side of the real-size DeiT-Tiny models of Tables 1, 10, 11 (the paper's: 224)
     table1_repeats: int = 15  # latency: median of this many round-robin runs ...
@@ -80,7 +81,7 @@ BUDGETS: dict[str, NonDeepBudget] = {
         progress=False, ablation=JoinConfig(warmup_steps=2, adjust_steps=2, kd_weight=1.0, lr=5e-4, batch_size=64,
                             diversity_weight=ABLATION_ALPHA),
         ablation_rows=(("none", False), ("instant", False), ("linear", True), ("linear", False)), ablation_seeds=(0, 1),
-        analysis_images="demo:val[:4]", eval_images="demo:val[:32]", exact_images="demo:val[:4]",
+        analysis_images="demo:val[:4]", eval_images="demo:val[:32]", exact_images="demo:val[:4]", collapse_check_images=8,
         table1_branches=(2,), table1_repeats=1, table1_warmup=0, memory_batch=1, real_img_size=32,
     ),
     # paper: App. A.2 / B.1 with the defaults of methods.nondeep.JoinConfig (10k + 50k steps, lr 1e-3, wd 0.05, batch

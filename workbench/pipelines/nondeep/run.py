@@ -292,7 +292,7 @@ def _collapsed_body(req: RunRequest, src: Run, p: JoinPlan):
             form = "wide" if lam == 0.0 else "auto"
             deploy = collapse(branched, "exact", form).eval()
             _, val_set = method_data(req, deploy)
-            images = torch.stack([val_set[i][0] for i in range(min(64, len(val_set)))]).to(dev)
+            images = torch.stack([val_set[i][0] for i in range(min(b.collapse_check_images, len(val_set)))]).to(dev)
             variants = tuple(COLLAPSE_VARIANTS) if form != "wide" else ("exact",)
             err64 = collapse_errors(branched, images, variants, form)
             err32 = collapse_errors(branched, images, variants, form, dtype=torch.float32)
