@@ -22,6 +22,39 @@ def test_demo_split_fixed_stratified_disjoint():
     assert np.bincount(ds.targets.numpy()).tolist() == [100] * 10
 
 
+def test_demo_split_cache_is_scikit_learns_split_and_a_damaged_one_is_recomputed(tmp_path, monkeypatch):
+    """The cached split equals scikit-learn's stratified split computed here, is read back without scikit-learn, and
+    a damaged cache file is computed again."""
+    import sklearn.model_selection
+
+    from workbench import data
+
+    _, y = data._demo_arrays()
+    train, val = sklearn.model_selection.train_test_split(np.arange(len(y)), test_size=data.DEMO_VAL_SIZE, stratify=y,
+                                                          random_state=data.DEMO_SEED)
+    expected = (np.sort(train), np.sort(val))
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))
+
+    def fresh():
+        data._split_indices.cache_clear()
+        return data._split_indices()
+
+    try:
+        computed = fresh()
+        (cache,) = (tmp_path / "cache").glob("demo-split-*.npz")
+        with monkeypatch.context() as m:  # read back: scikit-learn is not asked
+            m.setattr(sklearn.model_selection, "train_test_split", lambda *a, **k: pytest.fail("split recomputed"))
+            read = fresh()
+        cache.write_bytes(b"not an npz file")
+        redone = fresh()
+        for got in (computed, read, redone):
+            assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+        with np.load(cache) as f:  # the damaged file was replaced
+            assert np.array_equal(f["val"], expected[1])
+    finally:
+        data._split_indices.cache_clear()
+
+
 def test_demo_dataset_normalised_and_jitter_seeded():
     ds = DemoDataset("train", train_transform=True, limit=20)
     assert np.bincount(ds.targets.numpy()).tolist() == [2] * 10  # a balanced small subset

@@ -63,7 +63,7 @@ BUDGETS: dict[str, AttentionLiteBudget] = {
         figure_densities={"irregular": DEMO_RECIPE.irregular_density, "column": DEMO_RECIPE.column_density},
         seeds=(0,), gain_seeds=(0, 1, 2), homogeneous_figure_runs=False, cpu_threads=1,  # ~50 s a run: +2 × 2 runs
     ),
-    # smoke: two short epochs (one prune/regrow update between them) on the smoke profile's 256 images.
+    # smoke: two short epochs (one prune/regrow update between them) on the smoke profile's 128 images.
     "smoke": AttentionLiteBudget(
         train=TrainConfig(epochs=2, batch_size=64, lr=1e-2, weight_decay=0.01, opt="adamw", warmup_epochs=0, min_lr=1e-5,
                           cpu_threads=1, progress=False),

@@ -74,11 +74,11 @@ BUDGETS: dict[str, NonDeepBudget] = {
                           ablation_train_images=2000, ablation_seeds=(0, 1, 2),  # ~10 s a row: +2 × 5 rows
                           analysis_images="demo:val",
                           table1_repeats=11, table1_warmup=3, memory_batch=16),
-    # smoke: a handful of updates, only to exercise the pipeline (256 training images: 8 steps of 32 per epoch);
+    # smoke: a handful of updates, only to exercise the pipeline (128 training images: 8 steps of 16 per epoch);
     # the four Table 5 rows the notes compare, real-size models at 32² (only the code path matters).
     "smoke": NonDeepBudget(
-        join=JoinConfig(warmup_steps=4, adjust_steps=4, kd_weight=1.0, lr=5e-4, batch_size=32), cpu_threads=1,
-        progress=False, ablation=JoinConfig(warmup_steps=2, adjust_steps=2, kd_weight=1.0, lr=5e-4, batch_size=64,
+        join=JoinConfig(warmup_steps=4, adjust_steps=4, kd_weight=1.0, lr=5e-4, batch_size=16), cpu_threads=1,
+        progress=False, ablation=JoinConfig(warmup_steps=2, adjust_steps=2, kd_weight=1.0, lr=5e-4, batch_size=32,
                             diversity_weight=ABLATION_ALPHA),
         ablation_rows=(("none", False), ("instant", False), ("linear", True), ("linear", False)), ablation_seeds=(0, 1),
         analysis_images="demo:val[:4]", eval_images="demo:val[:32]", exact_images="demo:val[:4]", collapse_check_images=8,

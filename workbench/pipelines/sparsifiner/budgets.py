@@ -71,10 +71,10 @@ BUDGETS: dict[str, SparsifinerBudget] = {
         method=SparsifinerConfig(n_down=8, tau=0.125), phase1=replace(_P1_DEMO, spa_weight=1e-4), phase2=_P2_DEMO,
         cpu_threads=1, progress=False, sweep_seeds=(0, 1, 2),  # ~20 s a run: +2 × (phase 1 + 3 keep rates)
     ),
-    # smoke: a few updates per phase on the smoke profile's 256 images, only to exercise the pipeline.
+    # smoke: a few updates per phase (4 of 32) on the smoke profile's 128 images, only to exercise the pipeline.
     "smoke": SparsifinerBudget(
-        method=SparsifinerConfig(n_down=8, tau=0.125), phase1=replace(_P1_DEMO, batch_size=64, spa_weight=1e-3),
-        phase2=replace(_P2_DEMO, batch_size=64), keep_rates=(0.25, 0.1), cpu_threads=1, progress=False,
+        method=SparsifinerConfig(n_down=8, tau=0.125), phase1=replace(_P1_DEMO, batch_size=32, spa_weight=1e-3),
+        phase2=replace(_P2_DEMO, batch_size=32), keep_rates=(0.25, 0.1), cpu_threads=1, progress=False,
         sweep_seeds=(0,),  # one seed: the suite's time (the seed path is tested with Non-deep's two)
     ),
     # paper: §4 with DeiT-S (n_down 32, τ 0.05, W_up threshold 1e-2, every layer); phase 1 5 epochs, phase 2 40
