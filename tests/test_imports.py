@@ -18,8 +18,8 @@ left out, they never run), followed transitively:
   ========================================  ================================================================
   importer                                  the ``methods`` modules it may import
   ========================================  ================================================================
-  ``workbench.runtime``                     ``methods.train`` (device, threads, ranks, the training loop) and
-                                            ``methods.io`` (atomic writes) — their only door
+  ``workbench.runtime``                     ``methods.launch`` (device, threads, ranks), ``methods.train`` (the
+                                            training loop) and ``methods.io`` (atomic writes) — their only door
   ``workbench.models``                      ``methods`` (``register_models``: the model registry), ``methods.teachers``
   ``workbench.pipelines.<m>.*``             ``methods.<m>`` (its own method's public package) and the shared tools
   ``workbench.pipelines`` (shared modules)  the shared tools
@@ -128,7 +128,7 @@ SHARED = ("methods.hooks", "methods.devices", "methods.flops", "methods.cka", "m
 
 def _is_door(me: str, target: str, methods_pkgs: set[str]) -> bool:
     """Whether workbench module ``me`` may import ``methods`` module ``target`` (the table in the docstring)."""
-    if target in ("methods.train", "methods.io"):
+    if target in ("methods.train", "methods.launch", "methods.io"):
         return me == "workbench.runtime"
     if me == "workbench.models":
         return target in ("methods", "methods.teachers")
