@@ -51,6 +51,15 @@ def test_figures_list_imports_no_torch(tmp_path):
     assert not {"torch", "timm", "methods"} & set(got["loaded"]), got["loaded"]
 
 
+def test_resolving_the_device_imports_torch_but_not_timm(tmp_path):
+    """A process that only needs its device or rank (a schedule worker, a store reader) reaches ``methods.launch``
+    through ``workbench.runtime``, not the training loop (``methods.train``, which imports timm)."""
+    got = _imported_after("from workbench.runtime import cpu_threads, is_main, resolve_device\n"
+                          "with cpu_threads(1):\n    rc = [str(resolve_device('cpu')), is_main()]", tmp_path)
+    assert got["rc"] == ["cpu", True]
+    assert "torch" in got["loaded"] and "timm" not in got["loaded"], got["loaded"]
+
+
 def test_a_command_builds_its_registry_flags(capsys):
     """Subcommand help still lists the flags that come from the method registry."""
     from workbench.cli import main
