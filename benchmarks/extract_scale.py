@@ -80,7 +80,7 @@ def child(args) -> None:
         import torch
         import torch.distributed as dist
 
-        from methods.train import init_distributed
+        from methods.launch import init_distributed
         from workbench.scale.stream import StreamOptions, stream_analysis
 
         torch.set_num_threads(args.threads)

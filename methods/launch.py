@@ -3,8 +3,8 @@
 Everything that asks "where am I running" reads it here: :func:`resolve_device` (``auto`` / ``cpu`` / ``cuda``, and
 under ``torchrun`` the rank's own GPU), :func:`cpu_threads`, :func:`launch_env` (what ``torchrun`` set),
 :func:`init_distributed` (NCCL for cuda, gloo for the CPU), :func:`is_main`, :func:`barrier` and :func:`main_decides`.
-:mod:`methods.train` re-exports them beside the training loop; a process that only needs the device or its rank (a
-scheduler's worker, a store reader) imports this module and not the training loop's timm.
+The training loop (:mod:`methods.train`) uses them; a process that only needs the device or its rank (a scheduler's
+worker, a store reader) imports this module and not the training loop's timm.
 """
 
 from __future__ import annotations

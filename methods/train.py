@@ -56,16 +56,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from methods.devices import has_rnn
 from methods.io import atomic_save_safetensors, atomic_torch_save
-from methods.launch import (  # noqa: F401  (re-exported: the training loop's device and ranks)
-    LaunchEnv,
-    barrier,
-    cpu_threads,
-    init_distributed,
-    is_main,
-    launch_env,
-    main_decides,
-    resolve_device,
-)
+from methods.launch import cpu_threads, init_distributed, resolve_device
 
 #: ``(model, images, targets) -> (loss, parts)``; parts are detached 0-dim tensors (summed on the device, read once per
 #: epoch: no host sync per step) or floats.

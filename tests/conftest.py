@@ -40,7 +40,7 @@ def workbench_home(tmp_path_factory):
 def _one_cpu_thread():
     """torch on one CPU thread in this process (``OMP_NUM_THREADS`` above reaches it only if torch was not imported
     before this file); a test that needs another count sets it and restores it."""
-    from methods.train import cpu_threads
+    from methods.launch import cpu_threads
 
     with cpu_threads(1):
         yield
@@ -50,7 +50,7 @@ def _one_cpu_thread():
 def one_thread():
     """For modules of tiny models (``pytestmark = pytest.mark.usefixtures("one_thread")``): one thread is as fast
     alone and much faster on a shared, loaded 2-core CPU."""
-    from methods.train import cpu_threads
+    from methods.launch import cpu_threads
 
     with cpu_threads(1):
         yield

@@ -174,7 +174,7 @@ def host(monkeypatch):
 
 
 def test_cuda_device_joins_nccl_on_the_rank_gpu(host):
-    from methods.train import init_distributed, resolve_device
+    from methods.launch import init_distributed, resolve_device
 
     host.rank(1)
     assert resolve_device("cuda") == torch.device("cuda", 1) == resolve_device("auto")
@@ -184,7 +184,7 @@ def test_cuda_device_joins_nccl_on_the_rank_gpu(host):
 
 
 def test_cpu_device_joins_gloo_on_a_gpu_host(host):
-    from methods.train import init_distributed, resolve_device
+    from methods.launch import init_distributed, resolve_device
 
     host.rank(1)
     assert resolve_device("cpu") == torch.device("cpu")
@@ -193,7 +193,7 @@ def test_cpu_device_joins_gloo_on_a_gpu_host(host):
 
 
 def test_more_ranks_than_gpus_is_a_clear_error(host):
-    from methods.train import init_distributed, resolve_device
+    from methods.launch import init_distributed, resolve_device
 
     host.gpus = 1
     host.rank(1)
@@ -207,7 +207,7 @@ def test_more_ranks_than_gpus_is_a_clear_error(host):
 
 
 def test_another_rank_gpu_is_refused_and_no_torchrun_keeps_cuda(host, monkeypatch):
-    from methods.train import resolve_device
+    from methods.launch import resolve_device
 
     host.rank(1)
     with pytest.raises(RuntimeError, match=r"cuda:1 here.*give --device cuda"):
@@ -222,7 +222,7 @@ def test_another_rank_gpu_is_refused_and_no_torchrun_keeps_cuda(host, monkeypatc
 def test_rank_is_known_before_the_group_exists(host, monkeypatch):
     """is_main before init_distributed reads the launch's RANK (writes before the group are made once), and
     main_decides refuses to guess without the group."""
-    from methods.train import is_main, main_decides
+    from methods.launch import is_main, main_decides
 
     host.rank(1)
     assert not is_main()

@@ -171,15 +171,11 @@ def _split_indices() -> tuple[np.ndarray, np.ndarray]:
     return train, val
 
 
-def _split(split: str) -> np.ndarray:
-    return _split_indices()[0 if split == "train" else 1]
-
-
 def demo_split_indices(split: Literal["train", "val"]) -> np.ndarray:
     """Dataset indices of a demo split: stratified, seeded, identical on every machine."""
     if split not in ("train", "val"):
         raise DataError(f"unknown demo split {split!r}; use train or val")
-    return _split(split).copy()
+    return _split_indices()[0 if split == "train" else 1].copy()
 
 
 DEMO_MEAN = (0.1307,)  # the customary MNIST statistics, close to MNIST-5k's own (0.130, 0.308)

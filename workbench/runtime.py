@@ -1,8 +1,8 @@
 """The workbench's one door to :mod:`methods.launch`, :mod:`methods.train` and :mod:`methods.io`: device, CPU
 threads, distributed ranks, atomic writes and the training loop.
 
-The implementations live in :mod:`methods.train` and :mod:`methods.io` (training needs them and ``methods`` never
-imports ``workbench``); every workbench module — the CLI, figures, the explorer, the scheduler and the pipelines —
+The implementations live in :mod:`methods.launch`, :mod:`methods.train` and :mod:`methods.io` (training needs
+them and ``methods`` never imports ``workbench``); every workbench module — the CLI, figures, the explorer, the scheduler and the pipelines —
 takes them from here, never from ``methods`` (``tests/test_imports.py`` checks it transitively). The atomic writes
 come with this module (light: no torch); the device and the ranks from :mod:`methods.launch` (torch only) and the
 training loop from :mod:`methods.train` (torch, timm) on first use, so that reading a store or listing the figures

@@ -107,7 +107,7 @@ def latencies(models: Mapping[str, nn.Module], input_size: tuple[int, ...] = (3,
     """Median wall time (ms) of one batch-1 forward per model, timed round-robin (module docstring).
 
     Runs on the models' own devices (synchronised on CUDA) with the caller's thread settings: wrap the
-    call in ``methods.train.cpu_threads(1)`` for the paper's single-thread protocol.
+    call in ``methods.launch.cpu_threads(1)`` for the paper's single-thread protocol.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be ≥ 1, got {repeats}")

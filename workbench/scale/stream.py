@@ -20,7 +20,7 @@ What is kept, during extraction (:class:`StreamOptions`):
   normalised to sum 1 first).
 
 Several processes, one store: under ``torchrun --nproc_per_node N`` each rank joins the process
-group of :func:`methods.train.init_distributed` (gloo on a CPU, NCCL on GPUs), takes a contiguous
+group of :func:`methods.launch.init_distributed` (gloo on a CPU, NCCL on GPUs), takes a contiguous
 shard of the chunks (:func:`workbench.scale.chunked.shard`; no padding or interleaving, so every chunk
 is computed from the same batches whatever N is and the store is bit-for-bit the same), rank 0
 writes the template, and every rank writes only whole chunks of its own.
